@@ -1,0 +1,42 @@
+# Dyno: `make demo` runs the platform on embedded defaults; `make test` runs every test.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+PORT   ?= 8000
+# Tests use the real services: PostgreSQL and Redis on this machine unless told otherwise.
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/dyno
+TEST_BROKER_URL   ?= redis://127.0.0.1:6379/15
+
+.PHONY: install demo test test-fast worker web migrate bench clean
+
+$(VENV)/.installed: pyproject.toml scripts/install.sh
+	PYTHON=$(PYTHON) VENV=$(VENV) bash scripts/install.sh
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	PORT=$(PORT) bash scripts/demo.sh
+
+test: install
+	bash scripts/services.sh
+	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) \
+		$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# Unit tests only: no worker processes, no browser.
+test-fast: install
+	bash scripts/services.sh
+	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) \
+		$(BIN)/python -m pytest -q -m "not integration and not browser" $(PYTEST_ARGS)
+
+migrate: install
+	$(BIN)/python manage.py migrate
+
+worker: install
+	cd platform && ../$(BIN)/celery -A dyno worker -Q cpu,control -c 1 -B -l info
+
+bench: install
+	$(BIN)/python benchmarks/harness.py
+
+clean:
+	rm -rf $(VENV) var .pytest_cache

@@ -1,0 +1,106 @@
+"""The OpenAPI 3.1 document for /api/v1/, kept beside the views it describes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ERROR = {"$ref": "#/components/schemas/Error"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    text = {400: "bad input", 401: "missing, unknown or revoked key", 403: "key scope not allowed",
+            404: "no such object in your organization", 409: "conflicting state"}
+    return {str(s): _json(ERROR, text[s]) for s in statuses}
+
+
+def _id_param(name: str) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
+
+
+def openapi_document() -> dict[str, Any]:
+    ref = lambda name: {"$ref": f"#/components/schemas/{name}"}  # noqa: E731
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Dyno API", "version": "1",
+                 "description": "Upload models, run audited optimizations, read results."},
+        "servers": [{"url": "/api/v1"}],
+        "security": [{"bearer": []}],
+        "paths": {
+            "/models": {
+                "get": {"summary": "List your organization's models",
+                        "responses": {"200": _json({"type": "object", "properties": {
+                            "models": {"type": "array", "items": ref("Model")}}}, "models"), **_errors(401)}},
+                "post": {"summary": "Upload a model version (HF folder files, a config.json alone, or one zip)",
+                         "requestBody": {"content": {"multipart/form-data": {"schema": {
+                             "type": "object", "required": ["name", "files"],
+                             "properties": {"name": {"type": "string"},
+                                            "files": {"type": "array", "items": {"type": "string",
+                                                                                 "format": "binary"}}}}}}},
+                         "responses": {"201": _json(ref("ModelVersion"), "the new version"),
+                                       **_errors(400, 401, 403)}},
+            },
+            "/models/{model_id}": {"get": {"summary": "A model with its versions",
+                                           "parameters": [_id_param("model_id")],
+                                           "responses": {"200": _json(ref("Model"), "model"),
+                                                         **_errors(401, 404)}}},
+            "/model-versions/{version_id}": {"get": {"summary": "A model version with its files' hashes",
+                                                     "parameters": [_id_param("version_id")],
+                                                     "responses": {"200": _json(ref("ModelVersion"), "version"),
+                                                                   **_errors(401, 404)}}},
+            "/runs": {
+                "get": {"summary": "Your organization's runs, newest first",
+                        "responses": {"200": _json({"type": "object", "properties": {
+                            "runs": {"type": "array", "items": ref("Run")}}}, "runs"), **_errors(401)}},
+                "post": {"summary": "Start a run of a model version on a hardware class",
+                         "requestBody": {"content": {"application/json": {"schema": ref("RunRequest")}}},
+                         "responses": {"201": _json(ref("Run"), "the queued run"), **_errors(400, 401, 403, 404)}},
+            },
+            "/runs/{run_id}": {"get": {"summary": "A run's status, stage, progress, log and result",
+                                       "parameters": [_id_param("run_id")],
+                                       "responses": {"200": _json(ref("Run"), "run"), **_errors(401, 404)}}},
+            "/runs/{run_id}/cancel": {"post": {"summary": "Cancel a queued or running run",
+                                               "parameters": [_id_param("run_id")],
+                                               "responses": {"200": _json(ref("Run"), "run"),
+                                                             **_errors(401, 403, 404, 409)}}},
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                           "description": "An organization API key: dyno_<prefix>_<secret>"}},
+            "schemas": {
+                "Error": {"type": "object", "required": ["error"], "properties": {"error": {
+                    "type": "object", "required": ["code", "message"],
+                    "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}},
+                "Model": {"type": "object", "properties": {
+                    "id": {"type": "string", "format": "uuid"}, "name": {"type": "string"},
+                    "created_at": {"type": "string", "format": "date-time"},
+                    "versions": {"type": "array", "items": ref("ModelVersion")}}},
+                "ModelVersion": {"type": "object", "properties": {
+                    "id": {"type": "string", "format": "uuid"}, "model": {"type": "string", "format": "uuid"},
+                    "number": {"type": "integer"}, "kind": {"enum": ["weights", "card"]},
+                    "family": {"type": "string"}, "architecture": {"type": "string"},
+                    "parameter_count": {"type": "integer"}, "dtype": {"type": "string"},
+                    "total_bytes": {"type": "integer"},
+                    "files": {"type": "array", "items": {"type": "object", "properties": {
+                        "path": {"type": "string"}, "size": {"type": "integer"},
+                        "sha256": {"type": "string"}}}}}},
+                "RunRequest": {"type": "object", "required": ["model_version", "hardware"], "properties": {
+                    "model_version": {"type": "string", "format": "uuid"},
+                    "hardware": {"type": "string", "examples": ["cpu", "gpu-h100", "gpu-h200"]},
+                    "profile": {"enum": ["cpu-ci", "cpu", "gpu"], "default": "cpu-ci"},
+                    "batch": {"type": "integer", "minimum": 1, "default": 1},
+                    "seq": {"type": "integer", "minimum": 1, "default": 32}}},
+                "Run": {"type": "object", "properties": {
+                    "id": {"type": "string", "format": "uuid"},
+                    "status": {"enum": ["queued", "running", "succeeded", "failed", "cancelled"]},
+                    "stage": {"type": "string"}, "progress": {"type": "number", "minimum": 0, "maximum": 1},
+                    "error": {"type": ["string", "null"]}, "hardware": {"type": "string"},
+                    "inventory": {"type": "object", "description": "dyno.inventory/1: the model's workloads"},
+                    "events": {"type": "array", "items": {"type": "object"}},
+                    "links": {"type": "object"}}},
+            },
+        },
+    }

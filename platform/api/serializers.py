@@ -1,0 +1,48 @@
+"""Plain dicts for the API (and the run page's polling): one shape per object, one place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import reverse
+
+from catalog.models import Model, ModelVersion
+from runs.models import Run
+
+
+def model_version_dict(version: ModelVersion, *, with_files: bool = False) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": str(version.id), "model": str(version.model_id), "number": version.number,
+        "kind": version.kind, "family": version.family, "architecture": version.architecture,
+        "parameter_count": version.parameter_count, "dtype": version.dtype,
+        "total_bytes": version.total_bytes, "created_at": version.created_at.isoformat(),
+    }
+    if with_files:
+        data["files"] = [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in version.files.all()]
+    return data
+
+
+def model_dict(model: Model, *, with_versions: bool = False) -> dict[str, Any]:
+    data: dict[str, Any] = {"id": str(model.id), "name": model.name, "created_at": model.created_at.isoformat()}
+    if with_versions:
+        data["versions"] = [model_version_dict(v) for v in model.versions.all()]
+    return data
+
+
+def run_dict(run: Run, *, with_events: bool = False) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": str(run.id), "model_version": str(run.model_version_id), "hardware": run.hardware,
+        "profile": run.profile, "batch": run.batch, "seq": run.seq, "status": run.status,
+        "stage": run.stage, "progress": round(run.progress, 4), "error": run.error or None,
+        "worker": run.worker or None, "created_at": run.created_at.isoformat(),
+        "started_at": run.started_at.isoformat() if run.started_at else None,
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "links": {"self": reverse("api:run-detail", args=[run.id]),
+                  "page": reverse("front:run-detail", args=[run.id])},
+    }
+    if run.inventory is not None:
+        data["inventory"] = run.inventory
+    if with_events:
+        data["events"] = [{"at": e.at.isoformat(), "level": e.level, "stage": e.stage, "message": e.message}
+                          for e in run.events.all()]
+    return data

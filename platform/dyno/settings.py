@@ -1,0 +1,193 @@
+"""Dyno's Django settings, read from the environment (see README "Configuration").
+
+Development defaults need no server; `DYNO_ENV=production` refuses to start without real secrets.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+from dyno.env import env_bool, env_choice, env_int, env_list, env_str, parse_database_url
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+VAR_DIR = Path(env_str("DYNO_VAR_DIR", str(BASE_DIR / "var")))
+
+DYNO_ENV = env_choice("DYNO_ENV", "development", ("development", "production"))
+PRODUCTION = DYNO_ENV == "production"
+
+_DEV_SECRET = "dyno-development-secret-key-not-for-production-use-0123456789"
+SECRET_KEY = env_str("DYNO_SECRET_KEY", _DEV_SECRET)
+DEBUG = env_bool("DYNO_DEBUG", not PRODUCTION)
+ALLOWED_HOSTS = env_list("DYNO_ALLOWED_HOSTS", [] if PRODUCTION else ["127.0.0.1", "localhost", "testserver"])
+
+_database_url = env_str("DATABASE_URL")
+_broker_url = env_str("CELERY_BROKER_URL")
+
+if PRODUCTION:
+    missing = [
+        name for name, value in (
+            ("DYNO_SECRET_KEY", os.environ.get("DYNO_SECRET_KEY")),
+            ("DATABASE_URL", _database_url),
+            ("CELERY_BROKER_URL", _broker_url),
+            ("DYNO_ALLOWED_HOSTS", os.environ.get("DYNO_ALLOWED_HOSTS")),
+        ) if not value
+    ]
+    if missing:
+        raise ImproperlyConfigured(
+            f"DYNO_ENV=production needs {', '.join(missing)}: set them (see README, Production)."
+        )
+    if SECRET_KEY == _DEV_SECRET or len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5:
+        raise ImproperlyConfigured(
+            "DYNO_SECRET_KEY is the development default or too weak: generate one with "
+            "`python -c 'import secrets; print(secrets.token_urlsafe(64))'`."
+        )
+    if DEBUG:
+        raise ImproperlyConfigured("DYNO_DEBUG=True is refused in production.")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "accounts",
+    "auditlog",
+    "catalog",
+    "runs",
+    "fleet",
+    "api",
+    "front",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "dyno.urls"
+WSGI_APPLICATION = "dyno.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "front.context.navigation",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": parse_database_url(
+        _database_url or "sqlite:///var/dyno.sqlite3", base_dir=BASE_DIR
+    ).django()
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+PASSWORD_HASHERS = [
+    "django.contrib.auth.hashers.Argon2PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+]
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 10}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "front:signin"
+LOGIN_REDIRECT_URL = "front:dashboard"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = VAR_DIR / "static"
+STATICFILES_DIRS = [BASE_DIR / "platform" / "static"]
+MEDIA_ROOT = Path(env_str("DYNO_MEDIA_ROOT", str(VAR_DIR / "media")))
+WHITENOISE_USE_FINDERS = not PRODUCTION
+
+# Uploads: the request body may carry a whole model; files stream to disk past 2.5 MB.
+DYNO_UPLOAD_MAX_FILE_BYTES = env_int("DYNO_UPLOAD_MAX_FILE_BYTES", 2 * 1024**3, minimum=1)
+DYNO_UPLOAD_MAX_TOTAL_BYTES = env_int("DYNO_UPLOAD_MAX_TOTAL_BYTES", 8 * 1024**3, minimum=1)
+DYNO_UPLOAD_MAX_FILES = env_int("DYNO_UPLOAD_MAX_FILES", 64, minimum=1)
+DATA_UPLOAD_MAX_NUMBER_FILES = DYNO_UPLOAD_MAX_FILES + 1
+FILE_UPLOAD_TEMP_DIR = None
+
+# Sign-in lock-out: this many failures for one account or address inside the window locks it.
+DYNO_SIGNIN_MAX_FAILURES = env_int("DYNO_SIGNIN_MAX_FAILURES", 5, minimum=1)
+DYNO_SIGNIN_LOCKOUT_SECONDS = env_int("DYNO_SIGNIN_LOCKOUT_SECONDS", 900, minimum=1)
+
+# Runner fleet: a runner is live while it heartbeats; a run whose worker fell silent is reaped.
+DYNO_HARDWARE_CLASSES = env_list("DYNO_HARDWARE_CLASSES", ["cpu", "gpu-h100", "gpu-h200"])
+DYNO_HEARTBEAT_SECONDS = env_int("DYNO_HEARTBEAT_SECONDS", 10, minimum=1)
+DYNO_RUN_STALE_SECONDS = env_int("DYNO_RUN_STALE_SECONDS", 120, minimum=2)
+DYNO_REAPER_SECONDS = env_int("DYNO_REAPER_SECONDS", 30, minimum=1)
+DYNO_WORKER_THREADS = env_int("DYNO_WORKER_THREADS", 0)
+
+CELERY_BROKER_URL = _broker_url or "filesystem://"
+if CELERY_BROKER_URL == "filesystem://":
+    _queue_dir = VAR_DIR / "broker"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_queue_dir),
+        "data_folder_out": str(_queue_dir),
+        "control_folder": str(VAR_DIR / "broker-control"),
+    }
+else:
+    # A long visibility timeout: runs are long; a dead worker's run is reaped by heartbeat instead.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 6 * 3600}
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = False
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "control"
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE = {
+    "reap-stale-runs": {"task": "runs.reap_stale", "schedule": float(DYNO_REAPER_SECONDS),
+                        "options": {"queue": "control", "expires": float(DYNO_REAPER_SECONDS)}},
+}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("DYNO_LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
+
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+if PRODUCTION:
+    SECURE_SSL_REDIRECT = env_bool("DYNO_SSL_REDIRECT", True)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = env_int("DYNO_HSTS_SECONDS", 31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    STORAGES = {
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+        "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+    }

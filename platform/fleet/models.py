@@ -1,0 +1,33 @@
+"""The runner fleet: each Celery worker registers its hardware class and device fingerprint."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class Runner(models.Model):
+    hostname = models.CharField(max_length=200, unique=True)
+    hardware = models.CharField(max_length=32, db_index=True)
+    queues = models.JSONField(default=list)
+    fingerprint = models.JSONField(default=dict)
+    fingerprint_sha256 = models.CharField(max_length=64, blank=True)
+    registered_at = models.DateTimeField()
+    last_heartbeat = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["hardware", "hostname"]
+
+    def __str__(self) -> str:
+        return self.hostname
+
+    @property
+    def online(self) -> bool:
+        if self.stopped_at and self.stopped_at >= self.last_heartbeat:
+            return False
+        horizon = timedelta(seconds=3 * settings.DYNO_HEARTBEAT_SECONDS)
+        return timezone.now() - self.last_heartbeat < horizon

@@ -1,0 +1,60 @@
+"""Runner registration, heartbeats and queue depths."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from fleet.models import Runner
+
+log = logging.getLogger(__name__)
+
+
+def fingerprint_digest(fingerprint: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(fingerprint, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def runner_register(*, hostname: str, queues: list[str], fingerprint: dict[str, Any]) -> Runner:
+    hardware_queues = [q for q in queues if q in settings.DYNO_HARDWARE_CLASSES]
+    hardware = hardware_queues[0] if hardware_queues else (queues[0] if queues else "control")
+    now = timezone.now()
+    runner, _ = Runner.objects.update_or_create(
+        hostname=hostname,
+        defaults={"hardware": hardware, "queues": queues, "fingerprint": fingerprint,
+                  "fingerprint_sha256": fingerprint_digest(fingerprint), "registered_at": now,
+                  "last_heartbeat": now, "stopped_at": None},
+    )
+    log.info("runner %s registered for %s", hostname, hardware)
+    return runner
+
+
+def runner_heartbeat(*, hostname: str) -> None:
+    Runner.objects.filter(hostname=hostname).update(last_heartbeat=timezone.now())
+
+
+def runner_stopped(*, hostname: str) -> None:
+    Runner.objects.filter(hostname=hostname).update(stopped_at=timezone.now())
+
+
+def queue_depths(queues: list[str]) -> dict[str, int | None]:
+    """Messages waiting per queue, read from the broker; None where the broker would not say."""
+    from dyno.celery import app
+
+    depths: dict[str, int | None] = {}
+    try:
+        with app.connection_for_read() as connection:
+            channel = connection.default_channel
+            for queue in queues:
+                try:
+                    depths[queue] = channel.queue_declare(queue=queue, passive=True).message_count
+                except Exception:  # the queue was never declared: nothing has been sent to it
+                    depths[queue] = 0
+    except Exception as exc:
+        log.warning("could not read queue depths from the broker: %s", exc)
+        depths = {queue: None for queue in queues}
+    return depths

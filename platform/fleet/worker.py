@@ -1,0 +1,60 @@
+"""Hooks that run inside a Celery worker process: register, heartbeat, and clean up on restart."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from celery.signals import worker_ready, worker_shutdown
+from django.conf import settings
+from django.db import close_old_connections
+
+log = logging.getLogger(__name__)
+_stop = threading.Event()
+
+
+def device_fingerprint() -> dict:
+    from runners.fingerprint import environment_fingerprint
+
+    return environment_fingerprint()
+
+
+def _beat(hostname: str) -> None:
+    from fleet.services import runner_heartbeat
+    from runs.services import runs_heartbeat
+
+    while not _stop.wait(settings.DYNO_HEARTBEAT_SECONDS):
+        try:
+            close_old_connections()
+            runner_heartbeat(hostname=hostname)
+            runs_heartbeat(worker=hostname)
+        except Exception:
+            log.exception("heartbeat of %s failed; retrying next interval", hostname)
+
+
+@worker_ready.connect
+def on_worker_ready(sender=None, **kwargs) -> None:
+    from fleet.services import runner_register
+    from runs.services import runs_fail_held_by
+
+    hostname = sender.hostname
+    queues = sorted(q.name for q in sender.app.amqp.queues.consume_from.values()) \
+        if sender.app.amqp.queues.consume_from else []
+    # Fail first, register second: once the runner shows as registered, nothing stale is left.
+    orphaned = runs_fail_held_by(worker=hostname)
+    if orphaned:
+        log.warning("%s restarted holding %d run(s); marked failed: %s", hostname, len(orphaned), orphaned)
+    runner_register(hostname=hostname, queues=queues, fingerprint=device_fingerprint())
+    threading.Thread(target=_beat, args=(hostname,), name="dyno-heartbeat", daemon=True).start()
+
+
+@worker_shutdown.connect
+def on_worker_shutdown(sender=None, **kwargs) -> None:
+    from fleet.services import runner_stopped
+
+    _stop.set()
+    if sender is not None:
+        try:
+            runner_stopped(hostname=sender.hostname)
+        except Exception:
+            log.exception("could not mark %s stopped", getattr(sender, "hostname", "?"))

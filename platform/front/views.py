@@ -1,0 +1,218 @@
+"""Web pages: sign-in, dashboard, models, uploads, runs, fleet and API keys. Thin views over services."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth import authenticate, login, logout
+from django.contrib.auth.decorators import login_required
+from django.contrib.admin.views.decorators import staff_member_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from accounts.models import ApiKey, Role, Scope
+from accounts.selectors import Actor, actor_for_user, api_keys_for_actor, organization_for_actor
+from accounts.services import (
+    AccountError, api_key_create, api_key_revoke, signin_failed, signin_locked, signin_succeeded,
+)
+from api.serializers import run_dict
+from catalog.selectors import model_get, model_list, model_version_get
+from catalog.services import NamedUpload, model_version_upload
+from catalog.validation import UploadRejected
+from fleet.models import Runner
+from fleet.services import queue_depths
+from runs.models import Run
+from runs.selectors import run_get, run_list
+from runs.services import PROFILES, RunRejected, run_cancel, run_start
+from runs.status import Status
+
+
+def _actor(request: HttpRequest) -> Actor:
+    return actor_for_user(request.user)
+
+
+def _address(request: HttpRequest) -> str | None:
+    return request.META.get("REMOTE_ADDR")
+
+
+@require_http_methods(["GET", "POST"])
+def signin(request: HttpRequest) -> HttpResponse:
+    error = ""
+    username = ""
+    if request.method == "POST":
+        username = request.POST.get("email", "").strip().lower()
+        password = request.POST.get("password", "")
+        address = _address(request)
+        if signin_locked(username=username, address=address):
+            error = (f"Too many failed sign-ins. Wait {settings.DYNO_SIGNIN_LOCKOUT_SECONDS // 60} minutes "
+                     "and try again, or ask an owner to reset your password.")
+        else:
+            user = authenticate(request, username=username, password=password)
+            if user is None:
+                signin_failed(username=username, address=address)
+                error = "That email and password do not match an account."
+            else:
+                login(request, user)
+                signin_succeeded(user=user, address=address)
+                target = request.GET.get("next", "")
+                return redirect(target if target.startswith("/") and not target.startswith("//")
+                                else "front:dashboard")
+    return render(request, "front/signin.html", {"error": error, "email": username},
+                  status=429 if "Too many" in error else 200)
+
+
+@require_POST
+def signout(request: HttpRequest) -> HttpResponse:
+    logout(request)
+    return redirect("front:signin")
+
+
+@login_required
+def dashboard(request: HttpRequest) -> HttpResponse:
+    actor = _actor(request)
+    return render(request, "front/dashboard.html", {
+        "models": model_list(actor=actor)[:10],
+        "runs": run_list(actor=actor)[:10],
+        "counts": {s: run_list(actor=actor).filter(status=s).count() for s in Status.values},
+    })
+
+
+@login_required
+def models(request: HttpRequest) -> HttpResponse:
+    return render(request, "front/models.html", {"models": model_list(actor=_actor(request))})
+
+
+@login_required
+def model_detail(request: HttpRequest, model_id) -> HttpResponse:
+    model = model_get(actor=_actor(request), model_id=model_id)
+    return render(request, "front/model_detail.html", {"model": model, "versions": model.versions.all()})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def upload(request: HttpRequest) -> HttpResponse:
+    actor = _actor(request)
+    error = None
+    name = request.GET.get("name", "")
+    if request.method == "POST":
+        name = request.POST.get("name", "")
+        files = request.FILES.getlist("files")
+        paths = request.POST.getlist("paths")
+        uploads = [NamedUpload(path=paths[i] if i < len(paths) and paths[i] else f.name, file=f)
+                   for i, f in enumerate(files)]
+        try:
+            organization = organization_for_actor(actor)
+            if not actor.can_write(organization.pk):
+                raise UploadRejected("forbidden", "Your role cannot upload models; ask an owner.")
+            version = model_version_upload(actor=actor, organization=organization, model_name=name,
+                                           uploads=uploads)
+        except UploadRejected as exc:
+            error = exc
+        else:
+            messages.success(request, f"Uploaded {version} ({version.family}, "
+                                      f"{version.parameter_count:,} parameters).")
+            return redirect("front:version-detail", version_id=version.id)
+    return render(request, "front/upload.html", {"error": error, "name": name},
+                  status=400 if error else 200)
+
+
+@login_required
+def version_detail(request: HttpRequest, version_id) -> HttpResponse:
+    actor = _actor(request)
+    version = model_version_get(actor=actor, version_id=version_id)
+    runs = run_list(actor=actor).filter(model_version=version)
+    latest = runs.filter(status=Status.SUCCEEDED).first()
+    live = set(Runner.objects.values_list("hardware", flat=True))
+    return render(request, "front/version_detail.html", {
+        "version": version, "files": version.files.all(), "runs": runs[:20], "latest": latest,
+        "hardware_classes": [(h, h in live) for h in settings.DYNO_HARDWARE_CLASSES],
+        "profiles": PROFILES, "can_write": actor.can_write(version.model.organization_id),
+    })
+
+
+@login_required
+@require_POST
+def run_create(request: HttpRequest, version_id) -> HttpResponse:
+    actor = _actor(request)
+    version = model_version_get(actor=actor, version_id=version_id)
+    try:
+        run = run_start(actor=actor, version=version, hardware=request.POST.get("hardware", ""),
+                        profile=request.POST.get("profile", "cpu-ci"),
+                        batch=int(request.POST.get("batch") or 1), seq=int(request.POST.get("seq") or 32))
+    except (RunRejected, ValueError) as exc:
+        messages.error(request, str(exc) if isinstance(exc, RunRejected) else "batch and seq must be numbers.")
+        return redirect("front:version-detail", version_id=version.id)
+    return redirect("front:run-detail", run_id=run.id)
+
+
+@login_required
+def runs(request: HttpRequest) -> HttpResponse:
+    return render(request, "front/runs.html", {"runs": run_list(actor=_actor(request))[:200]})
+
+
+@login_required
+def run_detail(request: HttpRequest, run_id) -> HttpResponse:
+    actor = _actor(request)
+    run = run_get(actor=actor, run_id=run_id)
+    return render(request, "front/run_detail.html", {"run": run, "can_write": actor.can_write(run.organization_id)})
+
+
+@login_required
+def run_status(request: HttpRequest, run_id) -> JsonResponse:
+    """What the run page polls: status, progress and the log, without the full inventory."""
+    run = run_get(actor=_actor(request), run_id=run_id)
+    data = run_dict(run, with_events=True)
+    data.pop("inventory", None)
+    return JsonResponse(data)
+
+
+@login_required
+@require_POST
+def run_cancel_view(request: HttpRequest, run_id) -> HttpResponse:
+    actor = _actor(request)
+    run = run_get(actor=actor, run_id=run_id)
+    try:
+        run_cancel(actor=actor, run=run)
+        messages.info(request, "Run cancelled.")
+    except RunRejected as exc:
+        messages.error(request, str(exc))
+    return redirect("front:run-detail", run_id=run.id)
+
+
+@staff_member_required(login_url="front:signin")
+def fleet(request: HttpRequest) -> HttpResponse:
+    queues = settings.DYNO_HARDWARE_CLASSES
+    depths = queue_depths(list(queues))
+    running = {h: Run.objects.filter(hardware=h, status=Status.RUNNING).count() for h in queues}
+    return render(request, "front/fleet.html", {
+        "runners": Runner.objects.all(),
+        "queues": [(q, depths.get(q), running[q]) for q in queues],
+    })
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def api_keys(request: HttpRequest) -> HttpResponse:
+    actor = _actor(request)
+    organization = organization_for_actor(actor)
+    is_owner = actor.role_in(organization.pk) == Role.OWNER
+    new_key = None
+    if request.method == "POST":
+        if not is_owner:
+            messages.error(request, "Only owners manage API keys.")
+        elif "revoke" in request.POST:
+            key = ApiKey.objects.filter(organization=organization, prefix=request.POST["revoke"]).first()
+            if key:
+                api_key_revoke(key=key, actor=actor)
+                messages.info(request, f"Key {key.name} revoked.")
+        else:
+            try:
+                _, new_key = api_key_create(organization=organization, scope=request.POST.get("scope", ""),
+                                            name=request.POST.get("name", ""), created_by=request.user)
+            except AccountError as exc:
+                messages.error(request, str(exc))
+    return render(request, "front/api_keys.html", {
+        "keys": api_keys_for_actor(actor).filter(organization=organization), "new_key": new_key,
+        "scopes": Scope.values, "is_owner": is_owner, "organization": organization,
+    })

@@ -1,0 +1,160 @@
+"""Writes for runs: start, claim, progress, finish, cancel and reap, all as conditional updates.
+
+Every transition is `UPDATE ... WHERE status IN (allowed sources)`, so a task delivered twice,
+a cancel racing a finish, or a reaper racing a heartbeat can never move a run backwards.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from accounts.selectors import Actor
+from auditlog.services import audit_record
+from catalog.models import ModelVersion
+from runs.models import Run, RunEvent
+from runs.status import FINISHED, Stage, Status, sources_of
+
+log = logging.getLogger(__name__)
+
+PROFILES = ("cpu-ci", "cpu", "gpu")
+MAX_BATCH = 64
+MAX_SEQ = 8192
+
+
+class RunRejected(ValueError):
+    """A run request that cannot be honoured; the message says what to change."""
+
+
+class RunCancelled(Exception):
+    """Raised inside a worker when the run it is executing was cancelled (or taken from it)."""
+
+
+def _transition(run_id, target: str, **fields: Any) -> bool:
+    return Run.objects.filter(pk=run_id, status__in=sources_of(target)).update(status=target, **fields) == 1
+
+
+def run_log(run_id, message: str, *, level: str = "info", stage: str = "") -> None:
+    RunEvent.objects.create(run_id=run_id, message=message[:4000], level=level, stage=stage)
+
+
+def run_start(*, actor: Actor, version: ModelVersion, hardware: str, profile: str = "cpu-ci",
+              batch: int = 1, seq: int = 32) -> Run:
+    if hardware not in settings.DYNO_HARDWARE_CLASSES:
+        raise RunRejected(f"hardware class {hardware!r} is unknown: choose one of "
+                          f"{', '.join(settings.DYNO_HARDWARE_CLASSES)}.")
+    if profile not in PROFILES:
+        raise RunRejected(f"profile {profile!r} is unknown: choose one of {', '.join(PROFILES)}.")
+    if not (1 <= batch <= MAX_BATCH) or not (1 <= seq <= MAX_SEQ):
+        raise RunRejected(f"batch must be 1..{MAX_BATCH} and seq 1..{MAX_SEQ} (got batch={batch}, seq={seq}).")
+    org_id = version.model.organization_id
+    if not actor.can_write(org_id):
+        raise RunRejected("your role can read this organization's models but not start runs.")
+    with transaction.atomic():
+        run = Run.objects.create(organization_id=org_id, model_version=version, hardware=hardware,
+                                 profile=profile, batch=batch, seq=seq, created_by=actor.audit_label)
+        run_log(run.pk, f"queued on {hardware} (profile {profile}, batch {batch}, seq {seq})")
+        audit_record(action="run.started", actor=actor, organization_id=org_id, target=f"run:{run.pk}",
+                     data={"model_version": str(version.pk), "hardware": hardware, "profile": profile})
+        transaction.on_commit(lambda: run_enqueue(run))
+    return run
+
+
+def run_enqueue(run: Run) -> None:
+    from runs.tasks import run_execute
+
+    run_execute.apply_async(args=[str(run.pk)], queue=run.hardware)
+
+
+def run_claim(*, run_id, worker: str) -> bool:
+    """Move a queued run to running for this worker. False if it is not queued any more."""
+    now = timezone.now()
+    claimed = _transition(run_id, Status.RUNNING, worker=worker, started_at=now, heartbeat_at=now,
+                          stage=Stage.PROFILE)
+    if claimed:
+        Run.objects.filter(pk=run_id).update(attempts=F("attempts") + 1)
+        run_log(run_id, f"claimed by {worker}", stage=Stage.PROFILE)
+    return claimed
+
+
+def run_progress(*, run_id, worker: str, fraction: float, message: str = "", stage: str | None = None) -> None:
+    """Record progress; raises RunCancelled if the run is no longer running on this worker."""
+    fields: dict[str, Any] = {"progress": max(0.0, min(1.0, fraction)), "heartbeat_at": timezone.now()}
+    if stage:
+        fields["stage"] = stage
+    updated = Run.objects.filter(pk=run_id, status=Status.RUNNING, worker=worker).update(**fields)
+    if updated != 1:
+        raise RunCancelled(f"run {run_id} is no longer running on {worker}")
+    if message:
+        run_log(run_id, message, stage=stage or "")
+
+
+def run_succeed(*, run_id, worker: str, inventory: dict[str, Any]) -> bool:
+    """Store the result and finish, in one transaction: the result appears all at once or not at all."""
+    with transaction.atomic():
+        done = Run.objects.filter(pk=run_id, status=Status.RUNNING, worker=worker).update(
+            status=Status.SUCCEEDED, stage=Stage.DONE, progress=1.0, inventory=inventory,
+            finished_at=timezone.now())
+        if done:
+            run_log(run_id, "succeeded", stage=Stage.DONE)
+    return done == 1
+
+
+def run_fail(*, run_id, error: str, worker: str | None = None) -> bool:
+    query = Run.objects.filter(pk=run_id, status__in=sources_of(Status.FAILED))
+    if worker is not None:
+        query = query.filter(worker=worker)
+    with transaction.atomic():
+        done = query.update(status=Status.FAILED, error=error[:4000], finished_at=timezone.now())
+        if done:
+            run_log(run_id, f"failed: {error}", level="error")
+    return done == 1
+
+
+def run_cancel(*, actor: Actor, run: Run) -> bool:
+    if not actor.can_write(run.organization_id):
+        raise RunRejected("your role cannot cancel runs.")
+    if run.status in FINISHED:
+        raise RunRejected(f"the run already {run.status}; there is nothing to cancel.")
+    with transaction.atomic():
+        done = _transition(run.pk, Status.CANCELLED, finished_at=timezone.now())
+        if done:
+            run_log(run.pk, f"cancelled by {actor.audit_label}", level="warning")
+            audit_record(action="run.cancelled", actor=actor, organization_id=run.organization_id,
+                         target=f"run:{run.pk}")
+    return done
+
+
+def runs_reap_stale(*, now=None, stale_seconds: int | None = None) -> list[str]:
+    """Fail running runs whose worker stopped heartbeating; returns the ids reaped."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=stale_seconds or settings.DYNO_RUN_STALE_SECONDS)
+    reaped = []
+    for run in Run.objects.filter(status=Status.RUNNING, heartbeat_at__lt=cutoff).only("id", "worker"):
+        if run_fail(run_id=run.pk, worker=run.worker,
+                    error=f"worker {run.worker or '?'} stopped sending heartbeats; the run was abandoned. "
+                          "Start it again."):
+            reaped.append(str(run.pk))
+    if reaped:
+        log.warning("reaped %d stale runs: %s", len(reaped), ", ".join(reaped))
+    return reaped
+
+
+def runs_fail_held_by(*, worker: str) -> list[str]:
+    """A worker that (re)starts holds nothing: whatever was running under its name died with it."""
+    failed = []
+    for run in Run.objects.filter(status=Status.RUNNING, worker=worker).only("id"):
+        if run_fail(run_id=run.pk, worker=worker,
+                    error=f"worker {worker} restarted while running this run. Start it again."):
+            failed.append(str(run.pk))
+    return failed
+
+
+def runs_heartbeat(*, worker: str) -> None:
+    Run.objects.filter(status=Status.RUNNING, worker=worker).update(heartbeat_at=timezone.now())

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# `make demo`: migrate, seed the demo org, start a real Celery worker and the web server.
+# Embedded defaults (SQLite and a filesystem broker under var/); DATABASE_URL and
+# CELERY_BROKER_URL are honoured when set. Stays in the foreground until Ctrl-C.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PORT=${PORT:-8000}
+BIN=.venv/bin
+mkdir -p var/broker var/broker-control var/media var/sample-models
+
+$BIN/python manage.py migrate --noinput
+$BIN/python manage.py seed_demo
+if [ ! -f var/sample-models/tiny-llama/config.json ]; then
+  $BIN/python -m runners.samples var/sample-models/tiny-llama --family llama >/dev/null
+fi
+echo "A small Hugging Face model folder to upload: $(pwd)/var/sample-models/tiny-llama"
+
+(cd platform && exec ../$BIN/celery -A dyno worker -Q cpu,control -c 1 -B -n "demo-cpu@%h" \
+  -l info --logfile ../var/worker.log) &
+WORKER=$!
+trap 'kill $WORKER 2>/dev/null; wait $WORKER 2>/dev/null' EXIT INT TERM
+echo "Celery worker started (pid $WORKER, log var/worker.log)"
+echo "Dyno is at http://127.0.0.1:$PORT/  (Ctrl-C stops the server and the worker)"
+$BIN/python manage.py runserver "127.0.0.1:$PORT" --noreload

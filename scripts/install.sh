@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Create the virtualenv and install Dyno's dependencies.
+# CPU machines get the pinned CPU build of torch (an unpinned torch pulls a multi-GB CUDA build);
+# GPU hosts (nvidia-smi present) keep the CUDA torch they install themselves.
+set -euo pipefail
+PYTHON=${PYTHON:-python3.11}
+VENV=${VENV:-.venv}
+if ! command -v "$PYTHON" >/dev/null; then
+  echo "error: $PYTHON not found. Install Python 3.11 or run: make PYTHON=python3 ..." >&2
+  exit 1
+fi
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+PIP="$VENV/bin/python -m pip --disable-pip-version-check -q"
+if ! command -v nvidia-smi >/dev/null 2>&1 && ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+  $PIP install "torch==2.13.0"
+fi
+$PIP install -e ".[test]"
+echo "installed into $VENV"

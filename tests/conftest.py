@@ -1,0 +1,165 @@
+"""Fixtures shared by all tests: organizations, users, keys, isolated media, worker processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def media_root(tmp_path, settings):
+    settings.MEDIA_ROOT = tmp_path / "media"
+    settings.MEDIA_ROOT.mkdir()
+    return settings.MEDIA_ROOT
+
+
+@pytest.fixture
+def make_org(db):
+    from accounts.services import organization_create
+
+    def make(slug: str | None = None, *, owner: str | None = None, password: str = "correct-horse-battery"):
+        slug = slug or f"org-{uuid.uuid4().hex[:8]}"
+        org = organization_create(slug=slug, name=slug.title(), owner_email=owner, owner_password=password)
+        return org
+
+    return make
+
+
+@pytest.fixture
+def make_member(db):
+    from accounts.services import member_add
+
+    def make(org, email: str, role: str = "member", password: str = "correct-horse-battery"):
+        return member_add(organization=org, email=email, role=role, password=password)
+
+    return make
+
+
+@pytest.fixture
+def make_key(db):
+    from accounts.services import api_key_create
+
+    def make(org, scope: str = "customer", name: str = "test"):
+        return api_key_create(organization=org, scope=scope, name=name)[1]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def sample_models(tmp_path_factory) -> dict[str, Path]:
+    """Tiny real Hugging Face model folders, written once per test session."""
+    from runners.samples import write_sample_model
+
+    base = tmp_path_factory.mktemp("sample-models")
+    return {
+        "llama": write_sample_model(base / "llama", "llama"),
+        "llama-card": write_sample_model(base / "llama-card", "llama", weights=False),
+    }
+
+
+class WorkerProcess:
+    """A real `celery worker` process on the test broker and the test database."""
+
+    def __init__(self, *, queues: str, database_name: str, media_root: Path, extra_env: dict | None = None,
+                 name: str | None = None):
+        self.name = name or f"test-{uuid.uuid4().hex[:8]}@localhost"
+        env = dict(os.environ)
+        base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/dyno")
+        env.update({
+            "DATABASE_URL": base.rsplit("/", 1)[0] + "/" + database_name,
+            "DYNO_MEDIA_ROOT": str(media_root),
+            "DYNO_HEARTBEAT_SECONDS": "1",
+            "PYTHONUNBUFFERED": "1",
+            **(extra_env or {}),
+        })
+        self.log = media_root.parent / f"worker-{self.name.split('@')[0]}-{uuid.uuid4().hex[:4]}.log"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "dyno", "worker", "-Q", queues, "-c", "1",
+             "-n", self.name, "-l", "info", "--without-gossip", "--without-mingle"],
+            cwd=ROOT / "platform", env=env, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def wait_registered(self, timeout: float = 60.0) -> None:
+        from fleet.models import Runner
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker exited early:\n{self.log.read_text()[-4000:]}")
+            if Runner.objects.filter(hostname=self.name).exists():
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"worker did not register in {timeout}s:\n{self.log.read_text()[-4000:]}")
+
+    def kill(self) -> None:
+        """kill -9 of the whole worker (main process and its pool children)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=15)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                self.kill()
+
+
+@pytest.fixture
+def broker_clean():
+    """An empty test broker database, so one test's messages never reach another's worker."""
+    import redis
+    from django.conf import settings
+
+    if not settings.CELERY_BROKER_URL.startswith("redis://"):
+        pytest.fail("integration tests need CELERY_BROKER_URL=redis://... (make test sets it)")
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    client.flushdb()
+    yield settings.CELERY_BROKER_URL
+    client.flushdb()
+
+
+@pytest.fixture
+def start_worker(transactional_db, media_root, broker_clean):
+    from django.db import connection
+
+    workers: list[WorkerProcess] = []
+
+    def start(queues: str = "cpu,control", name: str | None = None, **extra_env) -> WorkerProcess:
+        from fleet.models import Runner
+
+        if name:
+            Runner.objects.filter(hostname=name).delete()  # so registration is observed afresh
+        worker = WorkerProcess(queues=queues, database_name=connection.settings_dict["NAME"],
+                               media_root=media_root, extra_env={k: str(v) for k, v in extra_env.items()},
+                               name=name)
+        workers.append(worker)
+        worker.wait_registered()
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.stop()
+
+
+def wait_for(predicate, *, timeout: float, interval: float = 0.25, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

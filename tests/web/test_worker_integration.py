@@ -1,0 +1,61 @@
+"""A real Celery worker process on Redis and PostgreSQL runs profiling runs, and dies gracefully."""
+
+import pytest
+
+from accounts.selectors import Actor
+from fleet.models import Runner
+from runs.models import Run
+from runs.services import run_start, runs_reap_stale
+
+from ..conftest import wait_for
+from .helpers import upload_version
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def version(make_org, sample_models, media_root):
+    org = make_org()
+    return upload_version(org=org, folder=sample_models["llama"]), Actor(roles={org.pk: "owner"})
+
+
+def test_it_runs_a_profiling_run_through_the_broker(start_worker, version):
+    version, actor = version
+    worker = start_worker()
+    runner = Runner.objects.get(hostname=worker.name)
+    assert runner.hardware == "cpu" and runner.fingerprint.get("torch")
+    run = run_start(actor=actor, version=version, hardware="cpu", batch=2, seq=16)
+    wait_for(lambda: Run.objects.get(pk=run.pk).finished, timeout=120, what="the run to finish")
+    run.refresh_from_db()
+    assert run.status == "succeeded", (run.error, worker.log.read_text()[-3000:])
+    assert run.worker == worker.name and run.progress == 1.0
+    families = {w["family"] for w in run.inventory["workloads"]}
+    assert {"gemm", "rmsnorm", "attention_prefill"} <= families
+    assert run.inventory["eager_latency_s"]["median"] > 0
+    assert run.events.filter(message="succeeded").exists()
+
+
+def test_it_never_leaves_a_killed_workers_run_running(start_worker, version):
+    version, actor = version
+    worker = start_worker()
+    # A long enough run that the kill lands mid-profile.
+    run = run_start(actor=actor, version=version, hardware="cpu", batch=16, seq=1024)
+    wait_for(lambda: Run.objects.get(pk=run.pk).status == "running", timeout=60, what="the run to start")
+    worker.kill()
+    assert Run.objects.get(pk=run.pk).status == "running"
+    # The reaper (celery beat in production) fails it once heartbeats are stale.
+    wait_for(lambda: runs_reap_stale(stale_seconds=3), timeout=30, what="the reaper to act")
+    run.refresh_from_db()
+    assert run.status == "failed" and "heartbeats" in run.error
+
+
+def test_it_fails_the_run_a_restarted_worker_held(start_worker, version):
+    version, actor = version
+    worker = start_worker()
+    run = run_start(actor=actor, version=version, hardware="cpu", batch=16, seq=1024)
+    wait_for(lambda: Run.objects.get(pk=run.pk).status == "running", timeout=60, what="the run to start")
+    worker.kill()
+    # The same worker coming back holds nothing: what it was running is failed as it registers.
+    start_worker(name=worker.name)
+    run.refresh_from_db()
+    assert run.status == "failed" and "restarted" in run.error
