@@ -59,6 +59,8 @@ INSTALLED_APPS = [
     "catalog",
     "runs",
     "fleet",
+    "reports",
+    "metering",
     "api",
     "front",
 ]

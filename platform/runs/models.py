@@ -31,6 +31,14 @@ class Run(models.Model):
     worker = models.CharField(max_length=200, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     inventory = models.JSONField(null=True, blank=True)
+    # Stored together with status=succeeded in one transaction (runs.services.run_succeed).
+    result = models.JSONField(null=True, blank=True)  # dyno.suite-result/1 plus the model-level figure
+    artifact = models.JSONField(null=True, blank=True)  # dyno.optimization-artifact/1
+    artifact_sha256 = models.CharField(max_length=64, blank=True)
+    model_speedup = models.FloatField(null=True, blank=True)
+    model_ci_low = models.FloatField(null=True, blank=True)
+    model_ci_high = models.FloatField(null=True, blank=True)
+    stable = models.BooleanField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -57,3 +65,28 @@ class RunEvent(models.Model):
 
     class Meta:
         ordering = ["at", "id"]
+
+
+class WorkloadResult(models.Model):
+    """One audited workload of a run (or the model end to end), as the harness judged it."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="workload_results")
+    name = models.CharField(max_length=64)
+    family = models.CharField(max_length=32)
+    shape = models.JSONField(default=dict)
+    dtype = models.CharField(max_length=16)
+    count = models.PositiveIntegerField(default=1)  # how often the model executes it
+    weight = models.FloatField(default=0.0)  # share of the model's eager time
+    baseline_median_s = models.FloatField(null=True)
+    candidate_median_s = models.FloatField(null=True)
+    speedup = models.FloatField(null=True)
+    ci_low = models.FloatField(null=True)
+    ci_high = models.FloatField(null=True)
+    verdict = models.CharField(max_length=16)
+    reasons = models.JSONField(default=list)
+    reference_points = models.JSONField(default=dict)
+    candidate_sha256 = models.CharField(max_length=64, blank=True)
+    is_model = models.BooleanField(default=False)  # the whole model's forward pass
+
+    class Meta:
+        ordering = ["-is_model", "-weight", "name"]

@@ -1,0 +1,3 @@
+"""URLs of the metering app (finance and customer pages, billing API)."""
+
+urlpatterns: list = []

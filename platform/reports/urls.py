@@ -1,0 +1,3 @@
+"""URLs of the reports app (web pages and API endpoints)."""
+
+urlpatterns: list = []
