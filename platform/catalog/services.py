@@ -82,10 +82,11 @@ def _stage(uploads: list[NamedUpload], staging: Path, limits: UploadLimits) -> N
     check_filenames(names)
     total = 0
     for name, upload in zip(names, uploads):
-        if upload.size > limits.max_file_bytes:
-            raise UploadRejected("too_large", f"{name} is {upload.size:,} bytes; the limit per file is "
+        size = upload.file.size
+        if size > limits.max_file_bytes:
+            raise UploadRejected("too_large", f"{name} is {size:,} bytes; the limit per file is "
                                               f"{limits.max_file_bytes:,}. Shard the weights into smaller files.")
-        total += upload.size
+        total += size
         if total > limits.max_total_bytes:
             raise UploadRejected("too_large", f"the upload exceeds {limits.max_total_bytes:,} bytes in total.")
     is_zip = len(names) == 1 and names[0].lower().endswith(".zip")

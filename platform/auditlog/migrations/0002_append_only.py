@@ -24,12 +24,12 @@ DROP FUNCTION IF EXISTS auditlog_refuse_change();
 
 def forwards(apps, schema_editor) -> None:
     if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(CREATE)
+        schema_editor.execute(CREATE, params=None)
 
 
 def backwards(apps, schema_editor) -> None:
     if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(DROP)
+        schema_editor.execute(DROP, params=None)
 
 
 class Migration(migrations.Migration):
