@@ -13,10 +13,12 @@ log = logging.getLogger(__name__)
 _stop = threading.Event()
 
 
-def device_fingerprint() -> dict:
+def device_fingerprint(queues: list[str]) -> dict:
     from runners.fingerprint import environment_fingerprint
+    from runs.tasks import device_for
 
-    return environment_fingerprint()
+    gpu = any(device_for(q) == "cuda" for q in queues)
+    return environment_fingerprint("cuda" if gpu else "cpu")
 
 
 def _beat(hostname: str) -> None:
@@ -44,7 +46,7 @@ def on_worker_ready(sender=None, **kwargs) -> None:
     orphaned = runs_fail_held_by(worker=hostname)
     if orphaned:
         log.warning("%s restarted holding %d run(s); marked failed: %s", hostname, len(orphaned), orphaned)
-    runner_register(hostname=hostname, queues=queues, fingerprint=device_fingerprint())
+    runner_register(hostname=hostname, queues=queues, fingerprint=device_fingerprint(queues))
     threading.Thread(target=_beat, args=(hostname,), name="dyno-heartbeat", daemon=True).start()
 
 
