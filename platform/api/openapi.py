@@ -22,6 +22,8 @@ def _id_param(name: str) -> dict[str, Any]:
 
 
 def openapi_document() -> dict[str, Any]:
+    from reports.api import openapi_paths as reports_openapi_paths
+
     ref = lambda name: {"$ref": f"#/components/schemas/{name}"}  # noqa: E731
     return {
         "openapi": "3.1.0",
@@ -66,6 +68,7 @@ def openapi_document() -> dict[str, Any]:
                                                "parameters": [_id_param("run_id")],
                                                "responses": {"200": _json(ref("Run"), "run"),
                                                              **_errors(401, 403, 404, 409)}}},
+            **reports_openapi_paths(),
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",

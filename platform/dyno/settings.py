@@ -143,6 +143,12 @@ DYNO_RUN_STALE_SECONDS = env_int("DYNO_RUN_STALE_SECONDS", 120, minimum=2)
 DYNO_REAPER_SECONDS = env_int("DYNO_REAPER_SECONDS", 30, minimum=1)
 DYNO_WORKER_THREADS = env_int("DYNO_WORKER_THREADS", 0)
 
+# Report signing: the Ed25519 private key (mode 0600). Development creates it on first use;
+# production refuses to sign without it. Only `control` workers need it, never runner boxes.
+DYNO_SIGNING_KEY_PATH = Path(env_str("DYNO_SIGNING_KEY_PATH", str(VAR_DIR / "keys" / "report-signing.pem")))
+# Days after signing during which a customer may dispute a report (contracts override it).
+DYNO_REPORT_DISPUTE_DAYS = env_int("DYNO_REPORT_DISPUTE_DAYS", 30, minimum=0)
+
 CELERY_BROKER_URL = _broker_url or "filesystem://"
 if CELERY_BROKER_URL == "filesystem://":
     _queue_dir = VAR_DIR / "broker"

@@ -1,3 +1,28 @@
-"""URLs of the reports app (web pages and API endpoints)."""
+"""URLs of the reports app: web pages under /reports/, the API under /api/v1/reports/, the
+public keys document under /.well-known/ and the public verify page at /verify.
+"""
 
-urlpatterns: list = []
+from django.urls import path
+
+from reports import api, views
+
+app_name = "reports"
+
+urlpatterns = [
+    path("reports/", views.report_list_page, name="list"),
+    path("reports/compare", views.report_compare, name="compare"),
+    path("reports/assets/plotly-<str:version>.min.js", views.plotly_js, name="plotly-js"),
+    path("reports/<uuid:report_id>", views.report_detail, name="detail"),
+    path("reports/<uuid:report_id>/report.json", views.report_json, name="download-json"),
+    path("reports/<uuid:report_id>/signature.json", views.report_signature, name="download-signature"),
+    path("reports/<uuid:report_id>/report.pdf", views.report_pdf, name="download-pdf"),
+    path("reports/<uuid:report_id>/reaudit", views.report_reaudit, name="reaudit"),
+    path("reports/<uuid:report_id>/dispute", views.report_dispute_view, name="dispute"),
+    path("verify", views.verify_page, name="verify"),
+    path(".well-known/dyno-report-keys.json", views.keys_json, name="keys"),
+    path("api/v1/reports", api.report_list_api, name="api-list"),
+    path("api/v1/reports/<uuid:report_id>", api.report_body, name="api-body"),
+    path("api/v1/reports/<uuid:report_id>/signature", api.report_signature, name="api-signature"),
+    path("api/v1/reports/<uuid:report_id>/reaudit", api.report_reaudit, name="api-reaudit"),
+    path("api/v1/reports/<uuid:report_id>/disputes", api.report_disputes, name="api-disputes"),
+]

@@ -1,0 +1,119 @@
+"""Two reports side by side: per-workload speedup deltas and whether the newer figure lies
+inside the older report's 95% interval (e.g. before and after a driver update). Pure.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from reports.document import as_interval, as_number, flatten, workload_label
+
+
+@dataclass(frozen=True)
+class FigureDelta:
+    """One speedup in both reports. `within_old_ci` is None when either side lacks the figure."""
+
+    label: str
+    old_speedup: float | None
+    new_speedup: float | None
+    old_ci: tuple[float, float] | None
+    new_ci: tuple[float, float] | None
+    old_verdict: str | None = None
+    new_verdict: str | None = None
+
+    @property
+    def delta(self) -> float | None:
+        if self.old_speedup is None or self.new_speedup is None:
+            return None
+        return self.new_speedup - self.old_speedup
+
+    @property
+    def delta_percent(self) -> float | None:
+        if self.delta is None or not self.old_speedup:
+            return None
+        return 100.0 * self.delta / self.old_speedup
+
+    @property
+    def within_old_ci(self) -> bool | None:
+        if self.new_speedup is None or self.old_ci is None:
+            return None
+        return self.old_ci[0] <= self.new_speedup <= self.old_ci[1]
+
+    @property
+    def intervals_overlap(self) -> bool | None:
+        if self.old_ci is None or self.new_ci is None:
+            return None
+        return self.old_ci[0] <= self.new_ci[1] and self.new_ci[0] <= self.old_ci[1]
+
+
+@dataclass(frozen=True)
+class Change:
+    key: str
+    old: Any
+    new: Any
+
+
+@dataclass(frozen=True)
+class Comparison:
+    model: FigureDelta
+    workloads: tuple[FigureDelta, ...]
+    environment: tuple[Change, ...]
+    warnings: tuple[str, ...]
+
+    @property
+    def all_within_old_ci(self) -> bool:
+        checked = [d.within_old_ci for d in (self.model, *self.workloads) if d.within_old_ci is not None]
+        return bool(checked) and all(checked)
+
+
+def compare_bodies(old: dict[str, Any], new: dict[str, Any]) -> Comparison:
+    """Compare report bodies (parsed JSON); workloads are matched by name, shape and dtype."""
+    old_result, new_result = old.get("result") or {}, new.get("result") or {}
+    old_rows = {_key(w): w for w in old_result.get("workloads") or []}
+    new_rows = {_key(w): w for w in new_result.get("workloads") or []}
+    deltas = []
+    for key in list(old_rows) + [k for k in new_rows if k not in old_rows]:
+        before, after = old_rows.get(key, {}), new_rows.get(key, {})
+        deltas.append(FigureDelta(
+            label=workload_label(before or after),
+            old_speedup=as_number(before.get("speedup")), new_speedup=as_number(after.get("speedup")),
+            old_ci=as_interval(before.get("ci95")), new_ci=as_interval(after.get("ci95")),
+            old_verdict=before.get("verdict"), new_verdict=after.get("verdict"),
+        ))
+    old_model, new_model = old_result.get("model") or {}, new_result.get("model") or {}
+    model = FigureDelta(label="whole model", old_speedup=as_number(old_model.get("speedup")),
+                        new_speedup=as_number(new_model.get("speedup")), old_ci=as_interval(old_model.get("ci95")),
+                        new_ci=as_interval(new_model.get("ci95")))
+    return Comparison(model=model, workloads=tuple(deltas),
+                      environment=tuple(_changes(old.get("environment") or {}, new.get("environment") or {})),
+                      warnings=tuple(_warnings(old, new)))
+
+
+def _warnings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    warnings = []
+    old_suite, new_suite = old.get("suite") or {}, new.get("suite") or {}
+    if old_suite.get("manifest_sha256") != new_suite.get("manifest_sha256"):
+        warnings.append(f"the suites differ ({old_suite.get('version')} vs {new_suite.get('version')}, "
+                        "manifest hashes differ): workloads, shapes or tolerances may not be the same")
+    old_files = {f.get("sha256") for f in (old.get("model_version") or {}).get("files") or []}
+    new_files = {f.get("sha256") for f in (new.get("model_version") or {}).get("files") or []}
+    if old_files != new_files:
+        warnings.append("the model files differ: these reports measure different models")
+    if old.get("artifact_sha256") != new.get("artifact_sha256"):
+        warnings.append("the optimization artifacts differ: different optimized kernels were measured")
+    for name, body in (("older", old), ("newer", new)):
+        if not (body.get("billing") or {}).get("calibration_stable", False):
+            warnings.append(f"the {name} report's A/A calibration was unstable: its figures are not billable")
+    return warnings
+
+
+def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
+    flat_old, flat_new = dict(flatten(old)), dict(flatten(new))
+    return [Change(key, flat_old.get(key), flat_new.get(key))
+            for key in sorted(set(flat_old) | set(flat_new)) if flat_old.get(key) != flat_new.get(key)]
+
+
+def _key(workload: dict[str, Any]) -> str:
+    return json.dumps([workload.get("name"), workload.get("shape"), workload.get("dtype")], sort_keys=True)

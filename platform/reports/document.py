@@ -1,0 +1,321 @@
+"""The report body: what a signed Dyno report says, built from plain data (no Django).
+Owns the report schema, the billable-speedup statement, the baseline text and reproduction.
+
+The body is a dict that `runners.canonical.canonical_bytes` turns into the exact signed bytes.
+It is built only from the run's stored facts (never the clock or a random id), so the same run
+always gives the same bytes. Money-relevant figures are decimal strings, never floats.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any
+
+from metering.fees import SPEEDUP_PLACES, report_speedup
+
+SCHEMA = "dyno.report/1"
+RESULT_SCHEMA = "dyno.suite-result/1"
+
+# DESIGN.md "The billed baseline is the honest one"; signed into every report so the reader
+# knows what the speedup is over without trusting anything else.
+CONTRACT_BASELINE = (
+    "The billed baseline is the customer's workload as eager PyTorch runs it with the library's "
+    "standard ops: F.scaled_dot_product_attention for attention, F.layer_norm, torch.softmax, "
+    "F.rms_norm, F.silu and torch.matmul (cuBLAS / oneDNN); at model level, the uploaded model "
+    "exactly as transformers runs it by default. Never a deliberately naive formulation. "
+    "Reference points (torch.compile and vendor libraries) are reported beside it, not billed."
+)
+BILLING_RULE = (
+    "The billable speedup is the lower bound of the paired-bootstrap 95% confidence interval of "
+    f"the speedup over the contract baseline, rounded down to {SPEEDUP_PLACES} decimal places. "
+    "A run whose A/A calibration is unstable bills nothing; a bound at or below 1 bills nothing; "
+    "the contract's minimum speedup, price and share are applied by metering, not here."
+)
+
+
+class NotBillable(StrEnum):
+    """Why a figure in a report is not billable; signed into the body as a code."""
+
+    UNSTABLE_CALIBRATION = "unstable_calibration"
+    NO_MODEL_FIGURE = "no_model_figure"
+    NO_PROVEN_SPEEDUP = "no_proven_speedup"
+    NOT_ACCEPTED = "not_accepted"
+    NO_CONFIDENCE_INTERVAL = "no_confidence_interval"
+
+
+_NOT_BILLABLE_TEXT = {
+    NotBillable.UNSTABLE_CALIBRATION: "the A/A control's confidence interval strayed from 1.0 beyond "
+                                      "tolerance, so this machine's measurements cannot be trusted",
+    NotBillable.NO_MODEL_FIGURE: "the result holds no whole-model speedup",
+    NotBillable.NO_PROVEN_SPEEDUP: "the 95% confidence interval's lower bound is not above 1.0",
+    NotBillable.NOT_ACCEPTED: "the harness did not accept the optimized candidate",
+    NotBillable.NO_CONFIDENCE_INTERVAL: "the result holds no confidence interval for this figure",
+}
+
+
+class ReportError(ValueError):
+    """The data cannot make a report; the message says what is missing and what to do."""
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    path: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """The measured model version, identified by its files' hashes."""
+
+    organization: str  # the org's slug
+    name: str
+    version: int
+    version_id: str
+    kind: str
+    family: str
+    architecture: str
+    parameter_count: int
+    dtype: str
+    files: tuple[ModelFile, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    run_id: str
+    hardware: str
+    profile: str
+    batch: int
+    seq: int
+    finished_at: str  # ISO 8601; the report's date, from the run, so rebuilding gives the same bytes
+    artifact_sha256: str
+
+
+@dataclass(frozen=True)
+class Supersession:
+    """What a re-audit report replaces and who asked for it."""
+
+    report_id: str
+    report_sha256: str
+    reaudit_request_id: str
+    requested_by: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Billable:
+    """One figure's billing statement: the CI lower bound and whether it bills."""
+
+    ci_low: Decimal | None
+    billable: bool
+    reason: NotBillable | None = None
+
+    def as_body(self) -> dict[str, Any]:
+        return {
+            "ci95_low": _text(self.ci_low),
+            "billable_speedup": _text(self.ci_low) if self.billable else None,
+            "billable": self.billable,
+            "reason": self.reason.value if self.reason else None,
+        }
+
+
+@dataclass(frozen=True)
+class ModelFigure:
+    """The whole-model speedup as the billing fields copy it out (Decimal, rounded down)."""
+
+    speedup: Decimal | None
+    ci_low: Decimal | None
+    ci_high: Decimal | None
+    stable: bool
+    billable: Billable = field(default_factory=lambda: Billable(None, False, NotBillable.NO_MODEL_FIGURE))
+
+
+def report_body(*, kind: str, result: dict[str, Any], model: ModelFacts, run: RunFacts,
+                supersedes: Supersession | None = None) -> dict[str, Any]:
+    """The full body of a report for one finished run (see module docstring)."""
+    _check_result(result)
+    figure = model_figure(result)
+    suite = result.get("suite") or {}
+    body: dict[str, Any] = {
+        "schema": SCHEMA,
+        "kind": kind,
+        "organization": model.organization,
+        "model_version": {
+            "id": model.version_id, "name": model.name, "version": model.version, "kind": model.kind,
+            "family": model.family, "architecture": model.architecture,
+            "parameter_count": model.parameter_count, "dtype": model.dtype,
+            "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in model.files],
+        },
+        "run": {
+            "id": run.run_id, "hardware": run.hardware, "profile": run.profile, "batch": run.batch,
+            "seq": run.seq, "finished_at": run.finished_at,
+        },
+        "artifact_sha256": run.artifact_sha256 or None,
+        "suite": {
+            "version": suite.get("version"), "profile": suite.get("profile"),
+            "manifest_sha256": suite.get("manifest_sha256"),
+        },
+        "environment": result.get("environment") or {},
+        "contract_baseline": CONTRACT_BASELINE,
+        "billing": billing_statement(result, figure),
+        "reproduce": reproduction(kind=kind, run=run, result=result),
+        "supersedes": None,
+        "result": result,
+    }
+    if "verdict" in result:
+        body["verdict"] = result["verdict"]
+    if supersedes is not None:
+        body["supersedes"] = {
+            "report_id": supersedes.report_id, "report_sha256": supersedes.report_sha256,
+            "reaudit_request_id": supersedes.reaudit_request_id,
+            "requested_by": supersedes.requested_by, "reason": supersedes.reason,
+        }
+    return body
+
+
+def model_figure(result: dict[str, Any]) -> ModelFigure:
+    """The whole-model speedup, its CI and whether it bills; rounded down, never up."""
+    stable = bool((result.get("calibration") or {}).get("stable"))
+    block = result.get("model") or {}
+    speedup = _decimal(block.get("speedup"))
+    ci = block.get("ci95") or [None, None]
+    low, high = (_decimal(ci[0]), _decimal(ci[1])) if len(ci) == 2 else (None, None)
+    if speedup is None:
+        return ModelFigure(None, None, None, stable, Billable(None, False, NotBillable.NO_MODEL_FIGURE))
+    return ModelFigure(speedup, low, high, stable, _billable(low, stable=stable, accepted=True))
+
+
+def billing_statement(result: dict[str, Any], figure: ModelFigure | None = None) -> dict[str, Any]:
+    figure = figure or model_figure(result)
+    stable = figure.stable
+    workloads = []
+    for workload in result.get("workloads") or []:
+        ci = workload.get("ci95") or [None, None]
+        low = _decimal(ci[0]) if len(ci) == 2 else None
+        entry = _billable(low, stable=stable, accepted=workload.get("verdict") == "accepted")
+        workloads.append({"name": workload.get("name"), "shape": workload.get("shape"),
+                          "dtype": workload.get("dtype"), **entry.as_body()})
+    reasons = []
+    if not stable:
+        reasons.append(_reason(NotBillable.UNSTABLE_CALIBRATION))
+    if figure.billable.reason and figure.billable.reason is not NotBillable.UNSTABLE_CALIBRATION:
+        reasons.append(_reason(figure.billable.reason))
+    return {
+        "basis": "ci95_low",
+        "rule": BILLING_RULE,
+        "billable": figure.billable.billable,
+        "reasons": reasons,
+        "calibration_stable": stable,
+        "model": {
+            "speedup": _text(figure.speedup), "ci95_high": _text(figure.ci_high),
+            **figure.billable.as_body(),
+        },
+        "workloads": workloads,
+    }
+
+
+def reproduction(*, kind: str, run: RunFacts, result: dict[str, Any]) -> dict[str, Any]:
+    """The commands that re-measure this report on the same hardware, and how to check it."""
+    profile = (result.get("suite") or {}).get("profile") or run.profile
+    command = "audit" if kind == "audit" else "suite"
+    steps = [
+        "sha256sum artifact.json  # must print " + (run.artifact_sha256 or "(no artifact: baseline only)"),
+        f"python -m runners {command} --profile {profile} --candidates artifact.json --out result.json",
+    ]
+    return {
+        "hardware": run.hardware,
+        "commands": steps,
+        "verify_signature": "python -m runners.signature verify report.json report.sig.json "
+                            "--keys dyno-report-keys.json",
+        "note": "Run on hardware matching `environment` (device, driver, torch, triton). Timings vary "
+                "between machines; the speedup should fall inside this report's 95% interval.",
+    }
+
+
+def _check_result(result: Any) -> None:
+    if not isinstance(result, dict):
+        raise ReportError("the run has no result to report on; only a succeeded run with a stored "
+                          "result can be reported")
+    if result.get("schema") != RESULT_SCHEMA:
+        raise ReportError(f"the run's result has schema {result.get('schema')!r}; reports are made from "
+                          f"{RESULT_SCHEMA!r} results written by `python -m runners suite|audit`")
+    for name in ("suite", "environment", "calibration", "workloads"):
+        if name not in result:
+            raise ReportError(f"the run's result lacks {name!r}; the runner that wrote it is out of date")
+
+
+def _billable(low: Decimal | None, *, stable: bool, accepted: bool) -> Billable:
+    if low is None:
+        return Billable(None, False, NotBillable.NO_CONFIDENCE_INTERVAL)
+    if not stable:
+        return Billable(low, False, NotBillable.UNSTABLE_CALIBRATION)
+    if not accepted:
+        return Billable(low, False, NotBillable.NOT_ACCEPTED)
+    if low <= 1:
+        return Billable(low, False, NotBillable.NO_PROVEN_SPEEDUP)
+    return Billable(low, True)
+
+
+def _reason(code: NotBillable) -> dict[str, str]:
+    return {"code": code.value, "message": _NOT_BILLABLE_TEXT[code]}
+
+
+def _decimal(value: Any) -> Decimal | None:
+    # The metering bridge: shortest float repr, rounded DOWN, so no report claims more than measured.
+    if value is None or isinstance(value, bool):
+        return None
+    return report_speedup(value)
+
+
+def _text(value: Decimal | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def not_billable_text(code: str) -> str:
+    """The sentence for a reason code, for pages that show a body's codes to people."""
+    try:
+        return _NOT_BILLABLE_TEXT[NotBillable(code)]
+    except ValueError:
+        return code
+
+
+# --- reading figures back out of a body (shared by the page, the PDF and the comparison) ---------
+
+
+def as_number(value: Any) -> float | None:
+    """A JSON number as float; None for anything else (bools are not numbers here)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def as_interval(value: Any) -> tuple[float, float] | None:
+    """A `[low, high]` pair of numbers, or None."""
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        low, high = as_number(value[0]), as_number(value[1])
+        if low is not None and high is not None:
+            return (low, high)
+    return None
+
+
+def flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """Nested objects as sorted (dotted.key, leaf) pairs; lists are leaves."""
+    if isinstance(value, dict):
+        items: list[tuple[str, Any]] = []
+        for key in sorted(value):
+            items += flatten(value[key], f"{prefix}.{key}" if prefix else str(key))
+        return items
+    return [(prefix, value)]
+
+
+def shape_text(shape: Any) -> str:
+    if isinstance(shape, dict):
+        return " ".join(f"{k}={v}" for k, v in shape.items())
+    if isinstance(shape, (list, tuple)):
+        return "x".join(str(s) for s in shape)
+    return "" if shape is None else str(shape)
+
+
+def workload_label(workload: dict[str, Any]) -> str:
+    """How people tell workloads apart: the name and the shape (dtype shown beside it)."""
+    return f"{workload.get('name', '?')} {shape_text(workload.get('shape'))}".strip()

@@ -1,0 +1,63 @@
+"""Reads of reports through the acting user's or key's organizations, and signature checks.
+
+Members and auditors assigned to an organization (Membership role auditor) see its reports;
+staff see all; anyone else gets a 404, never another organization's report.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
+
+from accounts.selectors import Actor
+from reports.models import OPEN_REAUDIT, ReauditRequest, ReauditStatus, Report
+from reports.signing import keys_document
+from runners.signature import Reason, VerifyResult, verify
+
+
+def report_list(*, actor: Actor) -> QuerySet[Report]:
+    reports = Report.objects.select_related("organization", "run", "run__model_version",
+                                            "run__model_version__model").defer("body")
+    if actor.is_staff:
+        return reports
+    return reports.filter(organization_id__in=actor.org_ids)
+
+
+def report_get(*, actor: Actor, report_id) -> Report:
+    return get_object_or_404(report_list(actor=actor).defer(None), pk=report_id)
+
+
+def signature_document(report: Report) -> dict[str, str]:
+    """The detached signature file of a report, as `python -m runners.signature verify` reads it."""
+    return {"key_id": report.key_id, "algorithm": "ed25519", "signature": report.signature}
+
+
+def report_verify(*, report: Report) -> VerifyResult:
+    """Whether the stored bytes still verify against the keys published now (revocation included)."""
+    return verify(report.body_bytes, signature_document(report), keys_document())
+
+
+def files_verify(*, body: bytes, signature: bytes) -> VerifyResult:
+    """Check an uploaded report file and signature file against the published keys (the /verify page)."""
+    try:
+        signature_doc = json.loads(signature)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return VerifyResult(valid=False, reason=Reason.MALFORMED_SIGNATURE,
+                            message=f"the signature file is not JSON ({exc}); download it again from the report page.")
+    return verify(body, signature_doc, keys_document())
+
+
+def report_successor(report: Report) -> Report | None:
+    return Report.objects.filter(supersedes=report).defer("body").first()
+
+
+def reaudit_requests_pending() -> QuerySet[ReauditRequest]:
+    """What the run pipeline should re-measure next, oldest first."""
+    return (ReauditRequest.objects.filter(status=ReauditStatus.REQUESTED)
+            .select_related("report", "report__run").order_by("created_at"))
+
+
+def reaudit_open_for(report: Report) -> ReauditRequest | None:
+    return ReauditRequest.objects.filter(report=report, status__in=OPEN_REAUDIT).first()

@@ -1,0 +1,251 @@
+"""Writes for reports: create and sign a run's report, request re-audits, open disputes.
+
+Every write here is audited (auditlog) and guarded by a database constraint: one report per
+run, one open re-audit per report, a report superseded at most once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from accounts.models import Role, Scope
+from accounts.selectors import Actor
+from auditlog.services import audit_record
+from reports.document import (
+    ModelFacts,
+    ModelFile,
+    ReportError,
+    RunFacts,
+    Supersession,
+    model_figure,
+    report_body,
+)
+from reports.models import (
+    OPEN_REAUDIT,
+    Dispute,
+    DisputeStatus,
+    ReauditRequest,
+    ReauditStatus,
+    Report,
+    ReportKind,
+)
+from reports.signing import report_sign
+from runners.canonical import CanonicalError, canonical_bytes
+from runs.models import Run
+from runs.status import Status
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DISPUTE_DAYS = 30
+MAX_REASON_CHARS = 4000
+# Who may contest a report: the customer's people and keys, not its auditors (they re-audit).
+DISPUTING_ROLES = frozenset({Role.OWNER, Role.MEMBER, Role.FINANCE, Scope.CUSTOMER})
+
+
+class ReportRefused(ValueError):
+    """A dispute or re-audit request that cannot be honoured; the message says why and what to do.
+
+    `code`: "forbidden" (the actor's role may not), "window_closed" (too late to dispute) or
+    "invalid_reason" (empty or too long).
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def report_create_for_run(*, run: Run) -> Report:
+    """The signed report of a succeeded run; the existing one if it was already made.
+
+    A run the pipeline executed for a re-audit request (`reaudit_claim`) gets a `reaudit` report
+    that supersedes the latest report of the re-audited chain; a `python -m runners audit`
+    result (it carries a top-level verdict) gets an `audit` report; any other run a `run` report.
+    """
+    existing = Report.objects.filter(run_id=run.pk).first()
+    if existing is not None:
+        return existing
+    with transaction.atomic():
+        # The row lock serializes two creators of the same run's report (a task delivered twice).
+        run = (Run.objects.select_for_update(of=("self",))
+               .select_related("organization", "model_version", "model_version__model").get(pk=run.pk))
+        existing = Report.objects.filter(run_id=run.pk).first()
+        if existing is not None:
+            return existing
+        if run.status != Status.SUCCEEDED:
+            raise ReportError(f"run {run.pk} is {run.status}; only a succeeded run gets a report.")
+        reaudit = ReauditRequest.objects.select_for_update().filter(run=run).first()
+        supersedes = report_chain_head(reaudit.report) if reaudit else None
+        kind = (ReportKind.REAUDIT if reaudit else
+                ReportKind.AUDIT if isinstance(run.result, dict) and "verdict" in run.result else ReportKind.RUN)
+        body = report_body_bytes(run=run, kind=kind, reaudit=reaudit, supersedes=supersedes)
+        signature = report_sign(body=body)
+        figure = model_figure(run.result)
+        report = Report.objects.create(
+            organization_id=run.organization_id, kind=kind, run=run, supersedes=supersedes,
+            hardware=run.hardware, body=body, body_sha256=hashlib.sha256(body).hexdigest(),
+            key_id=signature["key_id"], signature=signature["signature"],
+            model_speedup=figure.speedup, model_ci_low=figure.ci_low, model_ci_high=figure.ci_high,
+            stable=figure.stable,
+        )
+        audit_record(action="report.created", organization_id=run.organization_id, target=f"report:{report.pk}",
+                     data={"run": str(run.pk), "kind": kind, "body_sha256": report.body_sha256,
+                           "key_id": report.key_id, "model_ci_low": figure.ci_low, "stable": figure.stable,
+                           "billable": figure.billable.billable,
+                           "supersedes": str(supersedes.pk) if supersedes else None})
+        if reaudit is not None:
+            _reaudit_complete(reaudit, report)
+    log.info("report %s signed for run %s (%s, key %s)", report.pk, run.pk, kind, report.key_id)
+    return report
+
+
+def report_body_bytes(*, run: Run, kind: str, reaudit: ReauditRequest | None = None,
+                      supersedes: Report | None = None) -> bytes:
+    """The canonical bytes a run's report signs; a function of stored facts only (same run, same bytes)."""
+    version = run.model_version
+    model = ModelFacts(
+        organization=run.organization.slug, name=version.model.name, version=version.number,
+        version_id=str(version.pk), kind=version.kind, family=version.family,
+        architecture=version.architecture, parameter_count=version.parameter_count, dtype=version.dtype,
+        files=tuple(ModelFile(path=f.path, size=f.size, sha256=f.sha256) for f in version.files.order_by("path")),
+    )
+    facts = RunFacts(run_id=str(run.pk), hardware=run.hardware, profile=run.profile, batch=run.batch,
+                     seq=run.seq, finished_at=run.finished_at.isoformat() if run.finished_at else "",
+                     artifact_sha256=run.artifact_sha256)
+    superseded = None
+    if reaudit is not None and supersedes is not None:
+        superseded = Supersession(report_id=str(supersedes.pk), report_sha256=supersedes.body_sha256,
+                                  reaudit_request_id=str(reaudit.pk), requested_by=reaudit.requested_by,
+                                  reason=reaudit.reason)
+    try:
+        return canonical_bytes(report_body(kind=str(kind), result=run.result, model=model, run=facts,
+                                           supersedes=superseded))
+    except CanonicalError as exc:
+        raise ReportError(f"run {run.pk}'s result cannot be written as canonical JSON ({exc}); "
+                          "the runner stored a value JSON cannot carry.") from None
+
+
+def report_chain_head(report: Report) -> Report:
+    """The newest report in `report`'s re-audit chain (itself when nothing supersedes it)."""
+    head = report
+    while True:
+        newer = Report.objects.filter(supersedes=head).first()
+        if newer is None:
+            return head
+        head = newer
+
+
+# --- re-audits ----------------------------------------------------------------------------------
+
+
+def reaudit_request(*, actor: Actor, report: Report, reason: str) -> ReauditRequest:
+    """An auditor (or staff) asks for `report` to be measured again; the run pipeline picks it up."""
+    role = actor.role_in(report.organization_id)
+    if not (actor.is_staff or role in (Role.AUDITOR, Scope.AUDITOR)):
+        raise ReportRefused("forbidden", "only auditors assigned to this organization (and staff) request re-audits; "
+                            f"customers dispute a report within {dispute_window_days(report)} days instead.")
+    return _reaudit_open(actor=actor, report=report, reason=_reason(reason, "re-audit"))
+
+
+def reaudit_claim(*, request_id, run: Run) -> bool:
+    """The pipeline started `run` for this request. False if another worker claimed it first."""
+    with transaction.atomic():
+        claimed = ReauditRequest.objects.filter(pk=request_id, status=ReauditStatus.REQUESTED).update(
+            status=ReauditStatus.RUNNING, run=run, updated_at=timezone.now())
+        if claimed:
+            request = ReauditRequest.objects.get(pk=request_id)
+            audit_record(action="reaudit.started", organization_id=request.organization_id,
+                         target=f"reaudit:{request_id}", data={"run": str(run.pk)})
+    return claimed == 1
+
+
+def reaudit_fail(*, request_id, error: str) -> bool:
+    """The re-audit could not run; the request stays on record with the error, disputes stay open."""
+    with transaction.atomic():
+        failed = ReauditRequest.objects.filter(pk=request_id, status__in=OPEN_REAUDIT).update(
+            status=ReauditStatus.FAILED, error=error[:MAX_REASON_CHARS], updated_at=timezone.now())
+        if failed:
+            request = ReauditRequest.objects.get(pk=request_id)
+            audit_record(action="reaudit.failed", organization_id=request.organization_id,
+                         target=f"reaudit:{request_id}", data={"error": error[:500]})
+    return failed == 1
+
+
+def _reaudit_open(*, actor: Actor, report: Report, reason: str) -> ReauditRequest:
+    """The open re-audit of `report`: a new one, or the one already open (a second asker joins it)."""
+    open_request = ReauditRequest.objects.filter(report=report, status__in=OPEN_REAUDIT).first()
+    if open_request is not None:
+        return open_request
+    try:
+        with transaction.atomic():
+            request = ReauditRequest.objects.create(organization_id=report.organization_id, report=report,
+                                                    requested_by=actor.audit_label, reason=reason)
+            audit_record(action="reaudit.requested", actor=actor, organization_id=report.organization_id,
+                         target=f"report:{report.pk}", data={"reaudit": str(request.pk), "reason": reason})
+    except IntegrityError:
+        # Someone opened one between our read and our insert: the constraint kept it single.
+        return ReauditRequest.objects.get(report=report, status__in=OPEN_REAUDIT)
+    return request
+
+
+def _reaudit_complete(request: ReauditRequest, report: Report) -> None:
+    now = timezone.now()
+    ReauditRequest.objects.filter(pk=request.pk).update(status=ReauditStatus.COMPLETED, result_report=report,
+                                                        updated_at=now)
+    resolved = Dispute.objects.filter(reaudit=request, status=DisputeStatus.OPEN).update(
+        status=DisputeStatus.RESOLVED, resolved_at=now)
+    audit_record(action="reaudit.completed", organization_id=request.organization_id,
+                 target=f"reaudit:{request.pk}",
+                 data={"report": str(report.pk), "supersedes": str(report.supersedes_id),
+                       "disputes_resolved": resolved})
+
+
+# --- disputes -----------------------------------------------------------------------------------
+
+
+def dispute_window_days(report: Report) -> int:
+    """Days after a report's creation during which its customer may dispute it.
+
+    One place to ask: metering contracts will carry their own window; until then the setting.
+    """
+    return int(getattr(settings, "DYNO_REPORT_DISPUTE_DAYS", DEFAULT_DISPUTE_DAYS))
+
+
+def dispute_deadline(report: Report) -> datetime:
+    return report.created_at + timedelta(days=dispute_window_days(report))
+
+
+def report_dispute(*, actor: Actor, report: Report, reason: str) -> Dispute:
+    """The customer contests `report`; the dispute asks for (or joins) a re-audit of it."""
+    if actor.role_in(report.organization_id) not in DISPUTING_ROLES:
+        raise ReportRefused("forbidden", "only the organization's owners, members, finance people and customer keys "
+                            "dispute its reports; auditors request a re-audit instead.")
+    text = _reason(reason, "dispute")
+    deadline = dispute_deadline(report)
+    if timezone.now() > deadline:
+        raise ReportRefused("window_closed", f"the {dispute_window_days(report)}-day dispute window of this report "
+                                             f"closed on {deadline:%Y-%m-%d}; ask an auditor assigned to your "
+                                             "organization for a re-audit.")
+    with transaction.atomic():
+        request = _reaudit_open(actor=actor, report=report, reason=f"dispute: {text}")
+        dispute = Dispute.objects.create(organization_id=report.organization_id, report=report,
+                                         raised_by=actor.audit_label, reason=text, reaudit=request)
+        audit_record(action="report.disputed", actor=actor, organization_id=report.organization_id,
+                     target=f"report:{report.pk}",
+                     data={"dispute": str(dispute.pk), "reaudit": str(request.pk), "reason": text})
+    return dispute
+
+
+def _reason(reason: str, what: str) -> str:
+    text = (reason or "").strip()
+    if not text:
+        raise ReportRefused("invalid_reason", f"say why you ask for a {what} (what looks wrong, what changed).")
+    if len(text) > MAX_REASON_CHARS:
+        raise ReportRefused("invalid_reason",
+                            f"the reason is {len(text)} characters; keep it under {MAX_REASON_CHARS}.")
+    return text

@@ -1,0 +1,179 @@
+"""Auditors and customers acting on reports: side-by-side comparison, re-audit requests, disputes
+inside the window, the pipeline's re-audit report superseding the old one, and the audit log."""
+
+from __future__ import annotations
+
+import functools
+import json
+from datetime import timedelta
+from unittest import mock
+
+import pytest
+from django.utils import timezone
+
+from accounts.selectors import actor_for_user
+from auditlog.models import AuditEvent
+from auditlog.services import audit_verify_chain
+from reports.models import Dispute, ReauditRequest
+from reports.selectors import reaudit_requests_pending, report_verify
+from reports.services import (
+    ReportRefused,
+    reaudit_claim,
+    reaudit_fail,
+    reaudit_request,
+    report_create_for_run,
+    report_dispute,
+)
+from tests.reports.builders import pdf_text, signed_in, synthetic_result
+
+pytestmark = pytest.mark.django_db
+
+
+def _actor(email: str):
+    from django.contrib.auth import get_user_model
+
+    return actor_for_user(get_user_model().objects.get(username=email))
+
+
+def test_an_auditor_compares_two_reports_side_by_side(client, people, make_report):
+    acme = people["acme"]
+    before = make_report(acme)
+    after = make_report(acme, result=synthetic_result(
+        seed=11, speedups={"rmsnorm": 1.60, "gemm": 1.30, "attention_prefill": 0.98},
+        environment={"device": "cpu", "cpu": "AMD EPYC 9454 (2 cores)", "torch": "2.14.0"}))
+    signed_in(client, "auditor@audit.test")
+    page = client.get(f"/reports/compare?a={after.pk}&b={before.pk}").content.decode()
+    assert "some new figures lie outside the older 95% CI" in page
+    assert "torch" in page and "2.14.0" in page and "2.13.0" in page
+    assert "0.260 (25.0%)" in page  # gemm: 1.04x -> 1.30x
+    assert client.get("/reports/compare?a=nonsense&b=x").status_code == 404
+
+
+def test_an_auditor_requests_a_reaudit_and_a_customer_may_not(client, people, make_report):
+    report = make_report(people["acme"])
+    signed_in(client, "auditor@audit.test")
+    response = client.post(f"/reports/{report.pk}/reaudit", {"reason": "driver updated to 560.35"})
+    assert response.status_code == 302
+    request = ReauditRequest.objects.get(report=report)
+    assert request.status == "requested" and request.reason == "driver updated to 560.35"
+    assert request.requested_by.endswith("auditor@audit.test")
+    assert list(reaudit_requests_pending()) == [request]
+    # A second request joins the open one instead of queueing a duplicate measurement.
+    again = reaudit_request(actor=_actor("staff@dyno.test"), report=report, reason="and again")
+    assert again.pk == request.pk
+    with pytest.raises(ReportRefused) as refused:
+        reaudit_request(actor=_actor("owner@acme.test"), report=report, reason="please")
+    assert refused.value.code == "forbidden" and "dispute" in refused.value.message
+    with pytest.raises(ReportRefused, match="say why"):
+        reaudit_request(actor=_actor("auditor@audit.test"), report=report, reason="  ")
+    event = AuditEvent.objects.get(action="reaudit.requested")
+    assert event.data["reason"] == "driver updated to 560.35" and event.organization_id == people["acme"].pk
+
+
+def test_a_customer_disputes_inside_the_window_only(people, make_report, settings):
+    report = make_report(people["acme"])
+    dispute = report_dispute(actor=_actor("finance@acme.test"), report=report, reason="gemm figure looks high")
+    assert dispute.status == "open" and dispute.reaudit.status == "requested"
+    assert dispute.reaudit.reason == "dispute: gemm figure looks high"
+    assert AuditEvent.objects.filter(action="report.disputed", data__dispute=str(dispute.pk)).exists()
+    with pytest.raises(ReportRefused) as refused:
+        report_dispute(actor=_actor("auditor@audit.test"), report=report, reason="x")
+    assert refused.value.code == "forbidden"
+    settings.DYNO_REPORT_DISPUTE_DAYS = 30
+    old = make_report(people["acme"], result=synthetic_result(seed=21))
+    # Reports are immutable in the database, so move the clock rather than created_at.
+    with mock.patch("reports.services.timezone.now", return_value=timezone.now() + timedelta(days=31)), \
+            pytest.raises(ReportRefused) as late:
+        report_dispute(actor=_actor("owner@acme.test"), report=old, reason="too late")
+    assert late.value.code == "window_closed" and "30-day" in late.value.message
+    with mock.patch("reports.services.timezone.now", return_value=timezone.now() + timedelta(days=29)):
+        assert report_dispute(actor=_actor("owner@acme.test"), report=old, reason="in time").status == "open"
+
+
+def test_the_pipelines_reaudit_report_supersedes_and_resolves_the_dispute(client, people, make_report, make_run):
+    acme = people["acme"]
+    original = make_report(acme)
+    dispute = report_dispute(actor=_actor("owner@acme.test"), report=original, reason="numbers too good")
+    request = dispute.reaudit
+    rerun = make_run(acme, version=original.run.model_version, result=synthetic_result(seed=5, model=(1.28, 1.2, 1.35)))
+    assert reaudit_claim(request_id=request.pk, run=rerun)
+    assert not reaudit_claim(request_id=request.pk, run=rerun)  # a second worker finds it claimed
+    new = report_create_for_run(run=rerun)
+    assert new.kind == "reaudit" and new.supersedes_id == original.pk
+    body = json.loads(new.body_bytes)
+    assert body["supersedes"]["report_id"] == str(original.pk)
+    assert body["supersedes"]["report_sha256"] == original.body_sha256
+    assert body["supersedes"]["reason"] == "dispute: numbers too good"
+    request.refresh_from_db()
+    dispute.refresh_from_db()
+    assert request.status == "completed" and request.result_report_id == new.pk
+    assert dispute.status == "resolved" and dispute.resolved_at is not None
+    assert report_verify(report=new).valid and report_verify(report=original).valid
+    signed_in(client, "member@acme.test")
+    page = client.get(f"/reports/{original.pk}").content.decode()
+    assert "Superseded by the re-audit" in page
+    assert "supersedes" in client.get(f"/reports/{new.pk}").content.decode()
+    # A re-audit of the old report again supersedes the newest report of the chain, never forks it.
+    second = reaudit_request(actor=_actor("auditor@audit.test"), report=original, reason="once more")
+    rerun2 = make_run(acme, version=original.run.model_version, result=synthetic_result(seed=6))
+    assert reaudit_claim(request_id=second.pk, run=rerun2)
+    assert report_create_for_run(run=rerun2).supersedes_id == new.pk
+    assert {"report.created", "reaudit.requested", "reaudit.started", "reaudit.completed", "report.disputed"} <= set(
+        AuditEvent.objects.values_list("action", flat=True))
+    assert audit_verify_chain().ok
+
+
+def test_a_failed_reaudit_is_recorded_and_the_dispute_stays_open(people, make_report):
+    report = make_report(people["acme"])
+    dispute = report_dispute(actor=_actor("member@acme.test"), report=report, reason="check it")
+    assert reaudit_fail(request_id=dispute.reaudit_id, error="no cpu runner online")
+    dispute.refresh_from_db()
+    assert dispute.reaudit.status == "failed" and dispute.status == "open"
+    # The failed request no longer blocks a new one.
+    assert reaudit_request(actor=_actor("auditor@audit.test"), report=report, reason="retry").pk != dispute.reaudit_id
+
+
+def test_the_api_takes_disputes_and_reaudit_requests(client, people, make_report, make_key):
+    report = make_report(people["acme"])
+    customer = {"HTTP_AUTHORIZATION": f"Bearer {make_key(people['acme'], 'customer')}"}
+    auditor = {"HTTP_AUTHORIZATION": f"Bearer {make_key(people['acme'], 'auditor')}"}
+    url = f"/api/v1/reports/{report.pk}"
+    created = client.post(f"{url}/disputes", {"reason": "too good"}, content_type="application/json", **customer)
+    assert created.status_code == 201 and Dispute.objects.get(pk=created.json()["id"]).reason == "too good"
+    post = functools.partial(client.post, content_type="application/json")
+    assert post(f"{url}/disputes", {"reason": "x"}, **auditor).status_code == 403
+    assert post(f"{url}/reaudit", {"reason": "x"}, **customer).status_code == 403
+    reaudit = client.post(f"{url}/reaudit", {"reason": "driver"}, content_type="application/json", **auditor)
+    assert reaudit.status_code == 201 and reaudit.json()["id"] == created.json()["reaudit"]
+    assert client.post(f"{url}/reaudit", {}, content_type="application/json", **auditor).status_code == 400
+
+
+def test_the_pdf_carries_the_model_name_and_the_signed_files(client, people, make_report):
+    report = make_report(people["acme"])
+    signed_in(client, "auditor@audit.test")
+    response = client.get(f"/reports/{report.pk}/report.pdf")
+    assert response.status_code == 200 and response["Content-Type"] == "application/pdf"
+    pdf = response.content
+    assert pdf.startswith(b"%PDF")
+    text = pdf_text(pdf)
+    assert b"llama-tiny" in text
+    assert report.body_bytes in text  # the signed JSON rides along as an attachment, byte for byte
+
+
+def test_the_signing_key_command_lists_rotates_and_revokes(people, make_report):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    report = make_report(people["acme"])
+    out = StringIO()
+    call_command("signing_key", "list", stdout=out)
+    assert report.key_id in out.getvalue() and "active" in out.getvalue()
+    call_command("signing_key", "rotate", stdout=out)
+    call_command("signing_key", "revoke", report.key_id, "--reason", "test", stdout=out)
+    listing = StringIO()
+    call_command("signing_key", "list", stdout=listing)
+    assert f"{report.key_id}  revoked" in listing.getvalue()
+    with pytest.raises(CommandError, match="no signing key"):
+        call_command("signing_key", "revoke", "ffff", "--reason", "x")
+    assert AuditEvent.objects.filter(action="signing_key.rotated", actor="operator:manage.py signing_key").exists()

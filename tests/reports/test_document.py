@@ -1,0 +1,111 @@
+"""The report body (pure): billable statements, canonical stability, comparison, presentation."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from reports.compare import compare_bodies
+from reports.document import ModelFacts, ModelFile, ReportError, RunFacts, model_figure, report_body
+from reports.presentation import report_view, speedup_svg
+from runners.canonical import canonical_bytes
+from tests.reports.builders import synthetic_result
+
+MODEL = ModelFacts(organization="acme", name="llama-tiny", version=1, version_id="v-1", kind="weights",
+                   family="llama", architecture="LlamaForCausalLM", parameter_count=10, dtype="float32",
+                   files=(ModelFile(path="config.json", size=5, sha256="c0" * 32),))
+RUN = RunFacts(run_id="r-1", hardware="cpu", profile="cpu-ci", batch=1, seq=32,
+               finished_at="2026-11-20T12:30:00+00:00", artifact_sha256="af" * 32)
+
+
+def body_for(result, **kwargs):
+    return report_body(kind="run", result=result, model=MODEL, run=RUN, **kwargs)
+
+
+def test_it_gives_the_same_bytes_for_the_same_run():
+    first = canonical_bytes(body_for(synthetic_result()))
+    second = canonical_bytes(body_for(synthetic_result()))
+    assert first == second
+    assert canonical_bytes(body_for(synthetic_result(seed=8))) != first
+
+
+def test_it_bills_the_ci_lower_bound_rounded_down():
+    billing = body_for(synthetic_result(model=(1.31, 1.229999, 1.4)))["billing"]
+    assert billing["billable"] is True
+    assert billing["model"]["billable_speedup"] == "1.2299"
+    assert billing["model"]["speedup"] == "1.3100"
+    rows = {w["name"]: w for w in billing["workloads"]}
+    assert rows["rmsnorm"]["billable"] and rows["rmsnorm"]["billable_speedup"] == "1.5390"
+    assert rows["attention_prefill"] == {**rows["attention_prefill"], "billable": False, "reason": "not_accepted",
+                                         "billable_speedup": None}
+
+
+def test_it_says_an_unstable_run_is_not_billable():
+    billing = body_for(synthetic_result(stable=False))["billing"]
+    assert billing["billable"] is False
+    assert billing["calibration_stable"] is False
+    assert [r["code"] for r in billing["reasons"]] == ["unstable_calibration"]
+    assert all(not w["billable"] and w["reason"] == "unstable_calibration" for w in billing["workloads"])
+    assert model_figure(synthetic_result(stable=False)).ci_low == Decimal("1.2200")
+
+
+def test_it_does_not_bill_a_bound_at_or_below_one_or_a_missing_model_figure():
+    assert body_for(synthetic_result(model=(1.05, 0.99, 1.1)))["billing"]["model"]["reason"] == "no_proven_speedup"
+    billing = body_for(synthetic_result(model=None))["billing"]
+    assert billing["billable"] is False and billing["reasons"][0]["code"] == "no_model_figure"
+
+
+def test_it_carries_what_a_verifier_needs():
+    body = body_for(synthetic_result())
+    assert body["schema"] == "dyno.report/1"
+    assert body["suite"]["manifest_sha256"] == "ab" * 32
+    assert body["model_version"]["files"][0]["sha256"] == "c0" * 32
+    assert body["artifact_sha256"] == "af" * 32
+    assert body["environment"]["torch"] == "2.13.0"
+    assert "eager PyTorch" in body["contract_baseline"]
+    assert any("python -m runners suite --profile cpu-ci --candidates" in c for c in body["reproduce"]["commands"])
+    assert body["result"]["workloads"][0]["baseline"]["samples_s"]
+
+
+def test_it_refuses_a_result_that_is_not_a_suite_result():
+    with pytest.raises(ReportError, match="dyno.suite-result/1"):
+        body_for({"schema": "something/else"})
+    broken = synthetic_result()
+    del broken["calibration"]
+    with pytest.raises(ReportError, match="calibration"):
+        body_for(broken)
+
+
+def test_it_compares_two_reports_workload_by_workload():
+    old = body_for(synthetic_result())
+    new = body_for(synthetic_result(speedups={"rmsnorm": 1.60, "gemm": 1.30, "attention_prefill": 0.98},
+                                    environment={"device": "cpu", "torch": "2.14.0"}))
+    comparison = compare_bodies(old, new)
+    rows = {d.label.split()[0]: d for d in comparison.workloads}
+    assert rows["rmsnorm"].within_old_ci is True
+    assert rows["gemm"].within_old_ci is False
+    assert rows["gemm"].delta == pytest.approx(0.26)
+    assert comparison.all_within_old_ci is False
+    assert {c.key for c in comparison.environment} >= {"torch", "cpu"}
+
+
+def test_it_presents_rows_charts_and_a_static_chart():
+    view = report_view(body_for(synthetic_result()))
+    assert view.summary.billable and view.summary.billable_speedup == "1.2200"
+    row = view.rows[0]
+    assert row.references[0].name == "torch.compile"
+    # Optimized 1.62x over eager and torch.compile is 1.2x over eager: 1.35x over torch.compile.
+    assert row.references[0].optimized_vs_reference == pytest.approx(1.62 / 1.2)
+    assert {trace["type"] for trace in view.charts["speedup"]["data"]} == {"bar", "scatter"}
+    assert len(view.charts["latency"]["data"][0]["y"]) == 3 * 24
+    assert "utilization" not in view.charts
+    svg = speedup_svg(view.rows)
+    assert svg.startswith("<svg") and svg.count("<rect") == 3
+
+
+def test_it_draws_utilization_only_when_the_runner_measured_it():
+    result = synthetic_result(environment={"device": "NVIDIA H200", "peak": {"bandwidth_gbs": 4800.0}})
+    result["workloads"][0]["candidate"]["achieved"] = {"bandwidth_gbs": 2400.0}
+    figure = report_view(body_for(result)).charts["utilization"]
+    assert figure["data"][0]["y"] == [50.0]
