@@ -31,7 +31,10 @@ def model_dict(model: Model, *, with_versions: bool = False) -> dict[str, Any]:
 
 def run_dict(run: Run, *, with_events: bool = False) -> dict[str, Any]:
     data: dict[str, Any] = {
-        "id": str(run.id), "model_version": str(run.model_version_id), "hardware": run.hardware,
+        "id": str(run.id), "kind": run.kind,
+        "model_version": str(run.model_version_id) if run.model_version_id else None,
+        "workload": run.workload or None, "candidate_sha256": run.candidate_sha256 or None,
+        "verdict": run.verdict or None, "hardware": run.hardware,
         "profile": run.profile, "batch": run.batch, "seq": run.seq, "status": run.status,
         "stage": run.stage, "progress": round(run.progress, 4), "error": run.error or None,
         "worker": run.worker or None, "created_at": run.created_at.isoformat(),
@@ -40,6 +43,17 @@ def run_dict(run: Run, *, with_events: bool = False) -> dict[str, Any]:
         "links": {"self": reverse("api:run-detail", args=[run.id]),
                   "page": reverse("front:run-detail", args=[run.id])},
     }
+    if run.model_speedup is not None:
+        data["model"] = {"speedup": run.model_speedup, "ci95": [run.model_ci_low, run.model_ci_high],
+                         "stable": run.stable}
+    if run.result is not None:
+        data["links"]["result"] = reverse("front:run-result", args=[run.id])
+        data["workloads"] = [
+            {"name": w.name, "shape": w.shape, "dtype": w.dtype, "verdict": w.verdict, "speedup": w.speedup,
+             "ci95": [w.ci_low, w.ci_high], "reasons": w.reasons, "weight": w.weight}
+            for w in run.workload_results.all()]
+    if run.artifact is not None:
+        data["links"]["artifact"] = reverse("front:run-artifact", args=[run.id])
     if run.inventory is not None:
         data["inventory"] = run.inventory
     if with_events:

@@ -12,4 +12,6 @@ urlpatterns = [
     path("runs", views.runs, name="runs"),
     path("runs/<uuid:run_id>", views.run_detail, name="run-detail"),
     path("runs/<uuid:run_id>/cancel", views.run_cancel_view, name="run-cancel"),
+    path("audits", views.audits, name="audits"),
+    path("audits/<uuid:run_id>", views.run_detail, name="audit-detail"),
 ]

@@ -14,7 +14,7 @@ from catalog.selectors import model_get, model_list, model_version_get
 from catalog.services import NamedUpload, model_version_upload
 from catalog.validation import UploadRejected
 from runs.selectors import run_get, run_list
-from runs.services import RunRejected, run_cancel, run_start
+from runs.services import RunRejected, audit_start, run_cancel, run_start
 
 
 def _uuid(value: str, what: str) -> uuid.UUID:
@@ -90,3 +90,29 @@ def run_cancel_view(request: HttpRequest, run_id: uuid.UUID) -> JsonResponse:
         raise ApiError(409, "not_cancellable", str(exc)) from None
     run.refresh_from_db()
     return JsonResponse(run_dict(run))
+
+
+@api_endpoint(methods=("POST",))
+def audits(request: HttpRequest) -> JsonResponse:
+    """Bring your own kernel: multipart (`candidate` file) or JSON (`source` text)."""
+    actor = request.actor
+    if request.content_type == "application/json":
+        body = json_body(request)
+        source = body.get("source")
+    else:
+        body = request.POST
+        upload = request.FILES.get("candidate")
+        try:
+            source = upload.read().decode("utf-8") if upload else None
+        except UnicodeDecodeError:
+            raise ApiError(400, "invalid_candidate", "The candidate file is not UTF-8 text.") from None
+    if not isinstance(source, str) or "workload" not in body:
+        raise ApiError(400, "missing_field", "Send workload (a suite workload name) and the candidate module "
+                                             "(multipart file `candidate`, or JSON string `source`).")
+    try:
+        run = audit_start(actor=actor, organization_id=organization_for_actor(actor).pk,
+                          workload=str(body["workload"]), source=source, hardware=str(body.get("hardware", "cpu")),
+                          profile=str(body.get("profile", "cpu-ci")))
+    except RunRejected as exc:
+        raise ApiError(400, "audit_rejected", str(exc)) from None
+    return JsonResponse(run_dict(run), status=201)

@@ -7,7 +7,7 @@ from django.contrib import messages
 from django.contrib.auth import authenticate, login, logout
 from django.contrib.auth.decorators import login_required
 from django.contrib.admin.views.decorators import staff_member_required
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -24,7 +24,7 @@ from fleet.models import Runner
 from fleet.services import queue_depths
 from runs.models import Run
 from runs.selectors import run_get, run_list
-from runs.services import PROFILES, RunRejected, run_cancel, run_start
+from runs.services import PROFILES, RunRejected, audit_start, run_cancel, run_start
 from runs.status import Status
 
 
@@ -159,11 +159,61 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
 
 
 @login_required
+def run_result(request: HttpRequest, run_id) -> HttpResponse:
+    """The raw dyno.suite-result/1 document, as stored."""
+    run = run_get(actor=_actor(request), run_id=run_id)
+    if run.result is None:
+        raise Http404("This run has no result yet.")
+    response = JsonResponse(run.result, json_dumps_params={"indent": 1})
+    response["Content-Disposition"] = f'attachment; filename="dyno-result-{run.id}.json"'
+    return response
+
+
+@login_required
+def run_artifact(request: HttpRequest, run_id) -> HttpResponse:
+    """The optimization artifact (dyno.optimization-artifact/1) a customer deploys with optimizer.apply."""
+    run = run_get(actor=_actor(request), run_id=run_id)
+    if run.artifact is None:
+        raise Http404("This run has no optimization artifact.")
+    response = JsonResponse(run.artifact, json_dumps_params={"indent": 1})
+    response["Content-Disposition"] = f'attachment; filename="dyno-artifact-{run.id}.json"'
+    return response
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def audit_new(request: HttpRequest) -> HttpResponse:
+    """Bring your own kernel: upload a candidate module for one suite workload."""
+    from runners.suite import workload_names
+
+    actor = _actor(request)
+    error = None
+    if request.method == "POST":
+        upload = request.FILES.get("candidate")
+        try:
+            source = upload.read().decode("utf-8") if upload else ""
+            run = audit_start(actor=actor, organization_id=organization_for_actor(actor).pk,
+                              workload=request.POST.get("workload", ""), source=source,
+                              hardware=request.POST.get("hardware", ""), profile=request.POST.get("profile", "cpu-ci"))
+        except UnicodeDecodeError:
+            error = "The candidate file is not UTF-8 text."
+        except RunRejected as exc:
+            error = str(exc)
+        else:
+            return redirect("front:run-detail", run_id=run.id)
+    return render(request, "front/audit_new.html", {
+        "error": error, "workloads": workload_names(), "profiles": PROFILES,
+        "hardware_classes": settings.DYNO_HARDWARE_CLASSES,
+    }, status=400 if error else 200)
+
+
+@login_required
 def run_status(request: HttpRequest, run_id) -> JsonResponse:
     """What the run page polls: status, progress and the log, without the full inventory."""
     run = run_get(actor=_actor(request), run_id=run_id)
     data = run_dict(run, with_events=True)
-    data.pop("inventory", None)
+    for bulky in ("inventory", "workloads"):
+        data.pop(bulky, None)
     return JsonResponse(data)
 
 

@@ -132,17 +132,21 @@ class ModelFigure:
     billable: Billable = field(default_factory=lambda: Billable(None, False, NotBillable.NO_MODEL_FIGURE))
 
 
-def report_body(*, kind: str, result: dict[str, Any], model: ModelFacts, run: RunFacts,
-                supersedes: Supersession | None = None) -> dict[str, Any]:
-    """The full body of a report for one finished run (see module docstring)."""
+def report_body(*, kind: str, result: dict[str, Any], model: ModelFacts | None, run: RunFacts,
+                supersedes: Supersession | None = None, organization: str = "") -> dict[str, Any]:
+    """The full body of a report for one finished run (see module docstring).
+
+    `model` is None for the audit of a submitted candidate: the result's `candidate` block (its
+    source hash) identifies what was measured.
+    """
     _check_result(result)
     figure = model_figure(result)
     suite = result.get("suite") or {}
     body: dict[str, Any] = {
         "schema": SCHEMA,
         "kind": kind,
-        "organization": model.organization,
-        "model_version": {
+        "organization": model.organization if model else organization,
+        "model_version": None if model is None else {
             "id": model.version_id, "name": model.name, "version": model.version, "kind": model.kind,
             "family": model.family, "architecture": model.architecture,
             "parameter_count": model.parameter_count, "dtype": model.dtype,

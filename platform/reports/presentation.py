@@ -130,6 +130,10 @@ def _billing_rows(billing: dict[str, Any], result: dict[str, Any]) -> list[dict[
 
 def _summary(body: dict[str, Any], result: dict[str, Any], billing: dict[str, Any]) -> Summary:
     model = body.get("model_version") or {}
+    if not model:  # the audit of a submitted candidate: name it by workload and source hash
+        candidate = result.get("candidate") or {}
+        model = {"name": f"{candidate.get('workload', '?')} candidate {str(candidate.get('source_sha256', ''))[:12]}",
+                 "architecture": candidate.get("label", "submitted candidate")}
     suite = body.get("suite") or {}
     calibration = result.get("calibration") or {}
     counts = result.get("summary") or {}

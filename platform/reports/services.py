@@ -108,7 +108,7 @@ def report_body_bytes(*, run: Run, kind: str, reaudit: ReauditRequest | None = N
                       supersedes: Report | None = None) -> bytes:
     """The canonical bytes a run's report signs; a function of stored facts only (same run, same bytes)."""
     version = run.model_version
-    model = ModelFacts(
+    model = None if version is None else ModelFacts(
         organization=run.organization.slug, name=version.model.name, version=version.number,
         version_id=str(version.pk), kind=version.kind, family=version.family,
         architecture=version.architecture, parameter_count=version.parameter_count, dtype=version.dtype,
@@ -124,7 +124,7 @@ def report_body_bytes(*, run: Run, kind: str, reaudit: ReauditRequest | None = N
                                   reason=reaudit.reason)
     try:
         return canonical_bytes(report_body(kind=str(kind), result=run.result, model=model, run=facts,
-                                           supersedes=superseded))
+                                           supersedes=superseded, organization=run.organization.slug))
     except CanonicalError as exc:
         raise ReportError(f"run {run.pk}'s result cannot be written as canonical JSON ({exc}); "
                           "the runner stored a value JSON cannot carry.") from None

@@ -11,10 +11,22 @@ from catalog.models import ModelVersion
 from runs.status import Stage, Status
 
 
+class RunKind(models.TextChoices):
+    MODEL = "model"  # profile, optimize and audit an uploaded model version
+    AUDIT = "audit"  # audit one submitted candidate module for a suite workload (bring your own kernel)
+
+
 class Run(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="runs")
-    model_version = models.ForeignKey(ModelVersion, on_delete=models.PROTECT, related_name="runs")
+    kind = models.CharField(max_length=8, choices=RunKind.choices, default=RunKind.MODEL)
+    model_version = models.ForeignKey(ModelVersion, null=True, blank=True, on_delete=models.PROTECT,
+                                      related_name="runs")
+    # For audits: the suite workload and the candidate module, kept verbatim (it is evidence).
+    workload = models.CharField(max_length=32, blank=True)
+    candidate_source = models.TextField(blank=True)
+    candidate_sha256 = models.CharField(max_length=64, blank=True)
+    verdict = models.CharField(max_length=16, blank=True)  # an audit's overall verdict
     hardware = models.CharField(max_length=32)
     profile = models.CharField(max_length=32, default="cpu-ci")
     batch = models.PositiveIntegerField(default=1)
@@ -46,10 +58,18 @@ class Run(models.Model):
             models.CheckConstraint(condition=models.Q(progress__gte=0) & models.Q(progress__lte=1),
                                    name="run_progress_0_1"),
             models.CheckConstraint(condition=models.Q(status__in=Status.values), name="run_status_known"),
+            models.CheckConstraint(
+                condition=(models.Q(kind=RunKind.MODEL, model_version__isnull=False)
+                           | (models.Q(kind=RunKind.AUDIT) & ~models.Q(workload="") & ~models.Q(candidate_source=""))),
+                name="run_kind_has_its_subject"),
         ]
 
     def __str__(self) -> str:
-        return f"run {self.id} ({self.status})"
+        return f"{self.kind} run {self.id} ({self.status})"
+
+    @property
+    def subject(self) -> str:
+        return str(self.model_version) if self.kind == RunKind.MODEL else f"{self.workload} candidate"
 
     @property
     def finished(self) -> bool:

@@ -6,6 +6,9 @@ a cancel racing a finish, or a reaper racing a heartbeat can never move a run ba
 
 from __future__ import annotations
 
+import ast
+import hashlib
+import json
 import logging
 from datetime import timedelta
 from typing import Any
@@ -18,7 +21,7 @@ from django.utils import timezone
 from accounts.selectors import Actor
 from auditlog.services import audit_record
 from catalog.models import ModelVersion
-from runs.models import Run, RunEvent
+from runs.models import Run, RunEvent, RunKind, WorkloadResult
 from runs.status import FINISHED, Stage, Status, sources_of
 
 log = logging.getLogger(__name__)
@@ -66,6 +69,56 @@ def run_start(*, actor: Actor, version: ModelVersion, hardware: str, profile: st
     return run
 
 
+MAX_CANDIDATE_BYTES = 256 * 1024
+
+
+def _check_candidate_source(source: str) -> None:
+    """Parse (never run) the module here: enough to refuse what cannot be a candidate."""
+    if not source.strip():
+        raise RunRejected("the candidate module is empty: upload a .py file that defines kernel(*inputs).")
+    if len(source.encode()) > MAX_CANDIDATE_BYTES:
+        raise RunRejected(f"the candidate module is over {MAX_CANDIDATE_BYTES // 1024} KiB; "
+                          "keep generated tables out of it.")
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise RunRejected(f"the candidate module is not valid Python (line {exc.lineno}: {exc.msg}).") from None
+    names = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    names |= {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+              if isinstance(t, ast.Name)}
+    if "kernel" not in names:
+        raise RunRejected("the candidate module defines no top-level `kernel`: define "
+                          "`def kernel(*inputs)` taking the workload's inputs in the baseline's order.")
+
+
+def audit_start(*, actor: Actor, organization_id: int, workload: str, source: str, hardware: str,
+                profile: str = "cpu-ci") -> Run:
+    """Bring your own kernel: audit a submitted candidate module for one suite workload."""
+    from runners.suite import workload_names
+
+    if workload not in workload_names():
+        raise RunRejected(f"workload {workload!r} is not in the suite: choose one of {', '.join(workload_names())}.")
+    if hardware not in settings.DYNO_HARDWARE_CLASSES:
+        raise RunRejected(f"hardware class {hardware!r} is unknown: choose one of "
+                          f"{', '.join(settings.DYNO_HARDWARE_CLASSES)}.")
+    if profile not in PROFILES:
+        raise RunRejected(f"profile {profile!r} is unknown: choose one of {', '.join(PROFILES)}.")
+    if not actor.can_write(organization_id):
+        raise RunRejected("your role cannot submit candidates for audit.")
+    _check_candidate_source(source)
+    digest = hashlib.sha256(source.encode()).hexdigest()
+    with transaction.atomic():
+        run = Run.objects.create(organization_id=organization_id, kind=RunKind.AUDIT, workload=workload,
+                                 candidate_source=source, candidate_sha256=digest, hardware=hardware,
+                                 profile=profile, created_by=actor.audit_label)
+        run_log(run.pk, f"audit of a {workload} candidate (sha256 {digest[:12]}) queued on {hardware}")
+        audit_record(action="audit.started", actor=actor, organization_id=organization_id,
+                     target=f"run:{run.pk}", data={"workload": workload, "sha256": digest,
+                                                   "hardware": hardware, "profile": profile})
+        transaction.on_commit(lambda: run_enqueue(run))
+    return run
+
+
 def run_enqueue(run: Run) -> None:
     from runs.tasks import run_execute
 
@@ -95,12 +148,63 @@ def run_progress(*, run_id, worker: str, fraction: float, message: str = "", sta
         run_log(run_id, message, stage=stage or "")
 
 
-def run_succeed(*, run_id, worker: str, inventory: dict[str, Any]) -> bool:
-    """Store the result and finish, in one transaction: the result appears all at once or not at all."""
+def _workload_rows(run_id, result: dict[str, Any], weights: dict[str, tuple[int, float]]) -> list[WorkloadResult]:
+    rows = []
+    for entry in result.get("workloads", []):
+        ci = entry.get("ci95") or [None, None]
+        count, weight = weights.get(entry.get("key") or entry["name"], (1, 0.0))
+        rows.append(WorkloadResult(
+            run_id=run_id, name=entry["name"], family=entry.get("family", ""), shape=entry.get("shape", {}),
+            dtype=entry.get("dtype", ""), count=count, weight=weight,
+            baseline_median_s=(entry.get("baseline") or {}).get("median_s"),
+            candidate_median_s=(entry.get("candidate") or {}).get("median_s"),
+            speedup=entry.get("speedup"), ci_low=ci[0], ci_high=ci[1], verdict=entry.get("verdict", "error"),
+            reasons=entry.get("reasons", []), reference_points=entry.get("reference_points", {}),
+            candidate_sha256=(entry.get("candidate") or {}).get("source_sha256", "") or "",
+        ))
+    model = result.get("model")
+    if model:
+        ci = model.get("ci95") or [None, None]
+        rows.append(WorkloadResult(
+            run_id=run_id, name="model", family="model", shape=model.get("shape", {}),
+            dtype=model.get("dtype", ""), weight=1.0, baseline_median_s=model.get("baseline_s"),
+            candidate_median_s=model.get("optimized_s"), speedup=model.get("speedup"), ci_low=ci[0],
+            ci_high=ci[1], verdict=model.get("verdict", "accepted"), reasons=model.get("reasons", []),
+            is_model=True,
+        ))
+    return rows
+
+
+def run_succeed(*, run_id, worker: str, inventory: dict[str, Any] | None = None,
+                result: dict[str, Any] | None = None, artifact: dict[str, Any] | None = None) -> bool:
+    """Store everything a run produced and finish, in one transaction: all at once or not at all.
+
+    `result` is a dyno.suite-result/1 document (plus the model-level block for model runs); a
+    succeeded run with a result gets its signed report made on the control queue.
+    """
+    fields: dict[str, Any] = {"status": Status.SUCCEEDED, "stage": Stage.DONE, "progress": 1.0,
+                              "finished_at": timezone.now()}
+    if inventory is not None:
+        fields["inventory"] = inventory
+    if artifact is not None:
+        fields["artifact"] = artifact
+        fields["artifact_sha256"] = hashlib.sha256(
+            json.dumps(artifact, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    if result is not None:
+        model = result.get("model") or {}
+        ci = model.get("ci95") or [None, None]
+        fields.update(result=result, stable=bool((result.get("calibration") or {}).get("stable")),
+                      model_speedup=model.get("speedup"), model_ci_low=ci[0], model_ci_high=ci[1],
+                      verdict=result.get("verdict", ""))
     with transaction.atomic():
-        done = Run.objects.filter(pk=run_id, status=Status.RUNNING, worker=worker).update(
-            status=Status.SUCCEEDED, stage=Stage.DONE, progress=1.0, inventory=inventory,
-            finished_at=timezone.now())
+        done = Run.objects.filter(pk=run_id, status=Status.RUNNING, worker=worker).update(**fields)
+        if done and result is not None:
+            weights = {w["key"]: (w.get("count", 1), w.get("weight", 0.0))
+                       for w in (model or {}).get("weighting", []) if "key" in w}
+            WorkloadResult.objects.bulk_create(_workload_rows(run_id, result, weights))
+            from reports.tasks import report_enqueue
+
+            report_enqueue(run_id)
         if done:
             run_log(run_id, "succeeded", stage=Stage.DONE)
     return done == 1

@@ -16,6 +16,8 @@ class Status(models.TextChoices):
 class Stage(models.TextChoices):
     WAITING = "waiting"
     PROFILE = "profile"
+    OPTIMIZE = "optimize"
+    AUDIT = "audit"
     STORE = "store"
     DONE = "done"
 
