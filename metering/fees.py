@@ -121,6 +121,8 @@ class Segment:
     stable: bool = True
     start: datetime | None = None
     end: datetime | None = None
+    # The hardware class's price when a contract prices classes differently; None: the contract's.
+    price_per_hour: DecimalInput | None = None
 
 
 @dataclass(frozen=True)
@@ -384,7 +386,11 @@ def record_for_segments(*, segments: Sequence[Segment], contract: Contract) -> B
             billing_line(
                 hours=segment.hours,
                 speedup=billable.speedup,
-                price_per_hour=contract.price_per_hour,
+                price_per_hour=(
+                    contract.price_per_hour
+                    if segment.price_per_hour is None
+                    else segment.price_per_hour
+                ),
                 share=contract.share,
                 currency=contract.currency,
                 rounding=contract.rounding,

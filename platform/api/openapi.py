@@ -22,6 +22,7 @@ def _id_param(name: str) -> dict[str, Any]:
 
 
 def openapi_document() -> dict[str, Any]:
+    from metering.openapi import metering_paths, metering_schemas
     from reports.api import openapi_paths as reports_openapi_paths
 
     ref = lambda name: {"$ref": f"#/components/schemas/{name}"}  # noqa: E731
@@ -69,6 +70,7 @@ def openapi_document() -> dict[str, Any]:
                                                "responses": {"200": _json(ref("Run"), "run"),
                                                              **_errors(401, 403, 404, 409)}}},
             **reports_openapi_paths(),
+            **metering_paths(),
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
@@ -104,6 +106,7 @@ def openapi_document() -> dict[str, Any]:
                     "inventory": {"type": "object", "description": "dyno.inventory/1: the model's workloads"},
                     "events": {"type": "array", "items": {"type": "object"}},
                     "links": {"type": "object"}}},
+                **metering_schemas(),
             },
         },
     }

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
 from dyno.env import env_bool, env_choice, env_int, env_list, env_str, parse_database_url
@@ -141,13 +142,22 @@ DYNO_HARDWARE_CLASSES = env_list("DYNO_HARDWARE_CLASSES", ["cpu", "gpu-h100", "g
 DYNO_HEARTBEAT_SECONDS = env_int("DYNO_HEARTBEAT_SECONDS", 10, minimum=1)
 DYNO_RUN_STALE_SECONDS = env_int("DYNO_RUN_STALE_SECONDS", 120, minimum=2)
 DYNO_REAPER_SECONDS = env_int("DYNO_REAPER_SECONDS", 30, minimum=1)
-DYNO_WORKER_THREADS = env_int("DYNO_WORKER_THREADS", 0)
+# Model runs: the tuning cache (JSON lines; a warm hit skips the search), how many of a model's
+# heaviest workloads a run tunes and audits, and the search budget per workload.
+DYNO_TUNING_CACHE = Path(env_str("DYNO_TUNING_CACHE", str(VAR_DIR / "tuning-cache.jsonl")))
+DYNO_RUN_WORKLOAD_LIMIT = env_int("DYNO_RUN_WORKLOAD_LIMIT", 6, minimum=1)
+DYNO_TUNE_BUDGET_SECONDS = env_int("DYNO_TUNE_BUDGET_SECONDS", 20, minimum=1)
 
 # Report signing: the Ed25519 private key (mode 0600). Development creates it on first use;
 # production refuses to sign without it. Only `control` workers need it, never runner boxes.
 DYNO_SIGNING_KEY_PATH = Path(env_str("DYNO_SIGNING_KEY_PATH", str(VAR_DIR / "keys" / "report-signing.pem")))
 # Days after signing during which a customer may dispute a report (contracts override it).
 DYNO_REPORT_DISPUTE_DAYS = env_int("DYNO_REPORT_DISPUTE_DAYS", 30, minimum=0)
+
+# Billing: the organization whose finance members and finance keys bill every customer org, and
+# the margin behind "now" a billing run stops taking usage (above 4 x the 30 s ingestion timeout).
+DYNO_BILLING_OPERATOR_ORG = env_str("DYNO_BILLING_OPERATOR_ORG", "")
+DYNO_BILLING_CUTOFF_MARGIN_SECONDS = env_int("DYNO_BILLING_CUTOFF_MARGIN_SECONDS", 300, minimum=0)
 
 CELERY_BROKER_URL = _broker_url or "filesystem://"
 if CELERY_BROKER_URL == "filesystem://":
@@ -170,6 +180,10 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "reap-stale-runs": {"task": "runs.reap_stale", "schedule": float(DYNO_REAPER_SECONDS),
                         "options": {"queue": "control", "expires": float(DYNO_REAPER_SECONDS)}},
+    # The 3rd, not the 1st: most late usage of the month has arrived by then.
+    "metering-bill-previous-month": {"task": "metering.bill_previous_month",
+                                     "schedule": crontab(minute=0, hour=3, day_of_month=3),
+                                     "options": {"queue": "control"}},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 

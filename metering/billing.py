@@ -1,0 +1,434 @@
+"""Billing runs: usage aggregated in SQL per deployment, report segment and usage month, priced by
+the money rules (fees.py), stored as billing records and draft invoices in one transaction.
+
+Which events a run bills (its claim), with runs made in period order: an event belongs to the
+first run whose period ends after the event happened and whose cutoff is after it was received.
+So run k claims `occurred_at < end_k AND received_at < cutoff_k` minus what run k-1 claimed. Late
+usage of a billed month falls to the next run and becomes an adjustment line there. The cutoff is
+the database clock minus a margin longer than any ingestion transaction can stay open, so
+everything received before it is committed and visible. Rerunning a period returns the run that
+exists (the period is unique, and every row of a run is written once).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from auditlog.services import actor_label, audit_record
+from metering import fees
+from metering.contracts import ContractTerms, terms_of
+from metering.errors import BillingError
+from metering.models import (
+    BillingRecord, BillingRun, Contract, Deployment, DeploymentReport, Invoice, InvoiceLine, LineKind, RecordKind,
+)
+from metering.periods import Period
+from metering.usage import HOURS_QUANTUM, STATEMENT_TIMEOUT_MS
+from reports.models import Report
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CUTOFF_MARGIN_SECONDS = 300
+# pg_advisory_xact_lock key that serializes billing runs (any constant unique in this database).
+_RUN_LOCK = 0x6D657465  # "mete"
+_EXACT_PLACES = 24  # models.EXACT
+_UNBILLED_SHOWN = 100
+
+
+def cutoff_margin() -> timedelta:
+    seconds = int(getattr(settings, "DYNO_BILLING_CUTOFF_MARGIN_SECONDS", DEFAULT_CUTOFF_MARGIN_SECONDS))
+    if seconds and seconds * 1000 < 4 * STATEMENT_TIMEOUT_MS:
+        log.warning("DYNO_BILLING_CUTOFF_MARGIN_SECONDS=%s is under four ingestion statement timeouts; a slow "
+                    "insert could commit behind a cutoff and never be billed", seconds)
+    return timedelta(seconds=seconds)
+
+
+# --- the pure part: groups in, planned invoices out -------------------------------------------
+
+
+@dataclass(frozen=True)
+class UsageGroup:
+    """One row of the SQL aggregation: a deployment's usage under one report in one month."""
+
+    deployment_id: str
+    report_id: str
+    usage_period: Period
+    hours: Decimal
+    events: int
+
+
+@dataclass(frozen=True)
+class DeploymentFacts:
+    id: str
+    organization_id: int
+    name: str
+    hardware: str
+    switches: tuple[fees.ReportSwitch, ...]
+
+
+@dataclass(frozen=True)
+class ReportFacts:
+    id: str
+    ci_low: Decimal
+    stable: bool
+    sha256: str
+    key_id: str
+    signature: str
+
+
+@dataclass(frozen=True)
+class ContractFacts:
+    id: str
+    organization_id: int
+    effective_from: date
+    effective_to: date | None
+    terms: ContractTerms
+
+    def covers(self, day: date) -> bool:
+        return self.effective_from <= day and (self.effective_to is None or day < self.effective_to)
+
+
+@dataclass(frozen=True)
+class PlannedLine:
+    kind: str  # LineKind
+    usage_period: Period
+    contract: ContractFacts
+    line: fees.Line
+    group: UsageGroup | None = None  # None for a cap line
+    span: fees.Span | None = None
+
+
+@dataclass(frozen=True)
+class PlannedInvoice:
+    organization_id: int
+    currency: str
+    lines: tuple[PlannedLine, ...]
+    total: Decimal
+
+
+@dataclass(frozen=True)
+class Unbilled:
+    deployment_id: str
+    usage_period: Period
+    hours: Decimal
+    reason: str  # no_contract | hardware_not_priced
+
+
+@dataclass(frozen=True)
+class BillingPlan:
+    invoices: tuple[PlannedInvoice, ...]
+    unbilled: tuple[Unbilled, ...]
+
+
+def contract_for(contracts: Iterable[ContractFacts], month: Period) -> ContractFacts | None:
+    return next((c for c in contracts if c.covers(month.first_day)), None)
+
+
+def plan_invoices(*, period: Period, groups: Sequence[UsageGroup], deployments: Mapping[str, DeploymentFacts],
+                  reports: Mapping[str, ReportFacts], contracts: Mapping[int, Sequence[ContractFacts]],
+                  billed_before: Mapping[tuple[int, Period], Decimal]) -> BillingPlan:
+    """Price one run's groups: per organization and usage month, one line per segment, the
+    month's cap (less what earlier runs billed for that month) as its own line, one invoice per
+    organization and currency. The run's own month comes first, late months after, oldest first."""
+    by_month: dict[tuple[int, Period], list[UsageGroup]] = defaultdict(list)
+    for group in groups:
+        by_month[(deployments[group.deployment_id].organization_id, group.usage_period)].append(group)
+    unbilled: list[Unbilled] = []
+    invoice_lines: dict[tuple[int, str], list[PlannedLine]] = defaultdict(list)
+    for (org, month), members in sorted(by_month.items(), key=lambda item: (item[0][0], item[0][1] != period,
+                                                                             item[0][1])):
+        contract = contract_for(contracts.get(org, ()), month)
+        if contract is None:
+            unbilled += [Unbilled(g.deployment_id, month, g.hours, "no_contract") for g in members]
+            continue
+        segments: list[fees.Segment] = []
+        spans: dict[tuple[str, str], tuple[UsageGroup, fees.Span]] = {}
+        for group in members:
+            deployment = deployments[group.deployment_id]
+            price = contract.terms.prices.get(deployment.hardware)
+            if price is None:
+                unbilled.append(Unbilled(group.deployment_id, month, group.hours, "hardware_not_priced"))
+                continue
+            span = segment_span(deployment, group.report_id, month)
+            report = reports[group.report_id]
+            spans[(group.deployment_id, group.report_id)] = (group, span)
+            segments.append(fees.Segment(deployment=group.deployment_id, report=group.report_id, hours=group.hours,
+                                         ci_low=report.ci_low, stable=report.stable, start=span.start,
+                                         end=span.end, price_per_hour=price))
+        if not segments:
+            continue
+        segments.sort(key=lambda s: (deployments[str(s.deployment)].name, s.start))
+        cap = contract.terms.monthly_cap
+        if cap is not None:
+            cap = max(fees.ZERO, cap - billed_before.get((org, month), fees.ZERO))
+        record = fees.record_for_segments(segments=segments, contract=contract.terms.fees_contract(cap=cap))
+        usage_kind = LineKind.USAGE if month == period else LineKind.ADJUSTMENT
+        for line in record.lines:
+            if line.kind is fees.LineKind.CAP:
+                planned = PlannedLine(kind=LineKind.CAP, usage_period=month, contract=contract, line=line)
+            else:
+                group, span = spans[(str(line.segment.deployment), str(line.segment.report))]  # type: ignore[union-attr]
+                planned = PlannedLine(kind=usage_kind, usage_period=month, contract=contract, line=line,
+                                      group=group, span=span)
+            invoice_lines[(org, contract.terms.currency)].append(planned)
+    invoices = tuple(
+        PlannedInvoice(organization_id=org, currency=currency, lines=tuple(lines),
+                       total=fees.invoice_total([planned.line for planned in lines]))
+        for (org, currency), lines in sorted(invoice_lines.items()))
+    return BillingPlan(invoices=invoices, unbilled=tuple(unbilled))
+
+
+def segment_span(deployment: DeploymentFacts, report_id: str, month: Period) -> fees.Span:
+    """Where in `month` the deployment billed under `report_id` (the report's segment)."""
+    for span in fees.split_period(start=month.start, end=month.end, switches=deployment.switches):
+        if str(span.report) == report_id:
+            return span
+    raise AssertionError(f"usage of deployment {deployment.id} under report {report_id} in {month} lies outside "
+                         "every span of its report history; the aggregation and split_period disagree")
+
+
+# --- the database part ----------------------------------------------------------------------
+
+
+_MONTH_SQL = {
+    "postgresql": "(date_trunc('month', e.occurred_at AT TIME ZONE 'UTC'))::date",
+    "sqlite": "date(e.occurred_at, 'start of month')",
+}
+
+_AGGREGATE_SQL = """
+WITH spans AS (
+    SELECT h.deployment_id, h.report_id, h.effective_from,
+           LEAD(h.effective_from) OVER (PARTITION BY h.deployment_id ORDER BY h.effective_from) AS effective_to
+    FROM metering_deploymentreport h
+)
+SELECT e.deployment_id, s.report_id, {month} AS usage_month, SUM(e.gpu_hours), COUNT(*)
+FROM metering_usageevent e
+JOIN spans s ON s.deployment_id = e.deployment_id AND e.occurred_at >= s.effective_from
+            AND (s.effective_to IS NULL OR e.occurred_at < s.effective_to)
+WHERE e.occurred_at < %(end)s AND e.received_at < %(cutoff)s {not_claimed_before}
+GROUP BY 1, 2, 3
+"""
+_NOT_CLAIMED_BEFORE = "AND (e.occurred_at >= %(previous_end)s OR e.received_at >= %(previous_cutoff)s)"
+
+
+def _as_period(value: Any) -> Period:
+    return Period.of(value if isinstance(value, date) else date.fromisoformat(str(value)))
+
+
+def _as_hours(value: Any) -> Decimal:
+    # PostgreSQL sums numeric exactly; SQLite (the demo) hands back a float of 6-place values.
+    return (value if isinstance(value, Decimal) else Decimal(str(value))).quantize(HOURS_QUANTUM)
+
+
+def _as_id(value: Any) -> str:
+    text = str(value)
+    if len(text) == 32:  # SQLite stores UUIDs without dashes
+        text = f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+    return text
+
+
+def aggregate_usage(*, period: Period, cutoff: datetime, previous: BillingRun | None) -> list[UsageGroup]:
+    """The events this run claims, summed per deployment, report segment and usage month, in SQL."""
+    vendor = connection.vendor
+    if vendor not in _MONTH_SQL:
+        raise BillingError("unsupported_database", f"billing runs support PostgreSQL and SQLite, not {vendor}.")
+    sql = _AGGREGATE_SQL.format(month=_MONTH_SQL[vendor], not_claimed_before=_NOT_CLAIMED_BEFORE if previous else "")
+    params: dict[str, Any] = {"end": period.end, "cutoff": cutoff}
+    if previous is not None:
+        params.update(previous_end=Period.of(previous.period).end, previous_cutoff=previous.cutoff)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [UsageGroup(deployment_id=_as_id(d), report_id=_as_id(r), usage_period=_as_period(m),
+                           hours=_as_hours(h), events=int(n)) for d, r, m, h, n in cursor.fetchall()]
+
+
+def _facts(groups: Sequence[UsageGroup], period: Period):
+    deployment_ids = {g.deployment_id for g in groups}
+    switches: dict[str, list[fees.ReportSwitch]] = defaultdict(list)
+    for deployment_id, report_id, effective_from in (DeploymentReport.objects.filter(deployment_id__in=deployment_ids)
+                                                     .values_list("deployment_id", "report_id", "effective_from")):
+        switches[str(deployment_id)].append(fees.ReportSwitch(effective_from=effective_from, report=str(report_id)))
+    deployments = {
+        str(pk): DeploymentFacts(id=str(pk), organization_id=org, name=name, hardware=hardware,
+                                 switches=tuple(switches[str(pk)]))
+        for pk, org, name, hardware in Deployment.objects.filter(pk__in=deployment_ids)
+        .values_list("pk", "organization_id", "name", "hardware")}
+    reports = {
+        str(pk): ReportFacts(id=str(pk), ci_low=ci_low, stable=stable, sha256=sha, key_id=key_id, signature=sig)
+        for pk, ci_low, stable, sha, key_id, sig in Report.objects.filter(pk__in={g.report_id for g in groups})
+        .values_list("pk", "model_ci_low", "stable", "body_sha256", "key_id", "signature")}
+    org_ids = {d.organization_id for d in deployments.values()}
+    contracts: dict[int, list[ContractFacts]] = defaultdict(list)
+    for contract in Contract.objects.filter(organization_id__in=org_ids).order_by("effective_from"):
+        contracts[contract.organization_id].append(contract_facts(contract))
+    earlier = {g.usage_period.first_day for g in groups if g.usage_period != period}
+    billed_before = {
+        (row["invoice__organization_id"], Period.of(row["usage_period"])): row["total"]
+        for row in InvoiceLine.objects.filter(invoice__organization_id__in=org_ids, usage_period__in=earlier)
+        .values("invoice__organization_id", "usage_period").annotate(total=Sum("fee"))}
+    return deployments, reports, contracts, billed_before
+
+
+def contract_facts(contract: Contract) -> ContractFacts:
+    return ContractFacts(id=str(contract.pk), organization_id=contract.organization_id,
+                         effective_from=contract.effective_from, effective_to=contract.effective_to,
+                         terms=terms_of(contract))
+
+
+def _database_now() -> datetime:
+    if connection.vendor != "postgresql":
+        return timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        return cursor.fetchone()[0]
+
+
+def _check_order(period: Period, latest: BillingRun | None) -> None:
+    if latest is None:
+        return
+    latest_period = Period.of(latest.period)
+    if latest_period >= period:
+        raise BillingError("period_out_of_order", f"billing for {latest_period} already ran; periods are billed in "
+                                                  f"order, and late usage of {period} is billed as an adjustment of "
+                                                  "the next run.", status=409)
+    if latest_period != period.previous():
+        raise BillingError("previous_period_unbilled", f"the last billed period is {latest_period}; bill "
+                                                       f"{latest_period.next()} first.", status=409)
+
+
+def billing_run_create(*, period: Period, actor: Any = None, cutoff: datetime | None = None) -> tuple[BillingRun, bool]:
+    """Bill `period` once: (the run, True) when this call made it, (the existing run, False) when
+    the period was billed before. Refused before the period has ended (plus the cutoff margin)
+    and out of order."""
+    existing = BillingRun.objects.filter(period=period.first_day).first()
+    if existing is not None:
+        return existing, False
+    started = time.monotonic()
+    try:
+        with transaction.atomic():
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_RUN_LOCK])
+            existing = BillingRun.objects.filter(period=period.first_day).first()
+            if existing is not None:
+                return existing, False
+            latest = BillingRun.objects.order_by("-period").first()
+            _check_order(period, latest)
+            now = _database_now()
+            cutoff = cutoff or now - cutoff_margin()
+            if cutoff > now:
+                raise BillingError("invalid_cutoff", "a cutoff cannot be in the future.")
+            if cutoff < period.end:
+                raise BillingError("period_not_over", f"{period} ends {period.end.isoformat()}; bill it after "
+                                                      f"{(period.end + cutoff_margin()).isoformat()}.", status=409)
+            if latest is not None and cutoff <= latest.cutoff:
+                raise BillingError("invalid_cutoff", f"the cutoff must follow the previous run's "
+                                                     f"({latest.cutoff.isoformat()}).")
+            groups = aggregate_usage(period=period, cutoff=cutoff, previous=latest)
+            deployments, reports, contracts, billed_before = _facts(groups, period)
+            plan = plan_invoices(period=period, groups=groups, deployments=deployments, reports=reports,
+                                 contracts=contracts, billed_before=billed_before)
+            run = _store(period=period, cutoff=cutoff, previous=latest, plan=plan, groups=groups,
+                         deployments=deployments, reports=reports, actor=actor, started=started)
+    except IntegrityError:
+        # Another process billed the period between our check and insert (no advisory lock on SQLite).
+        existing = BillingRun.objects.filter(period=period.first_day).first()
+        if existing is None:
+            raise
+        return existing, False
+    return run, True
+
+
+def _fits(value: Decimal, what: str) -> Decimal:
+    if value.as_tuple().exponent < -_EXACT_PLACES:  # type: ignore[operator]
+        raise AssertionError(f"{what} {value} has more than {_EXACT_PLACES} places; the inputs must have at most 6")
+    return value
+
+
+def _describe(planned: PlannedLine, deployments: Mapping[str, DeploymentFacts], reports: Mapping[str, ReportFacts],
+              period: Period) -> str:
+    line = planned.line
+    if planned.kind == LineKind.CAP:
+        return f"Monthly cap for {planned.usage_period}: fees above {planned.contract.terms.monthly_cap} " \
+               f"{line.currency} are not charged"
+    deployment = deployments[planned.group.deployment_id]  # type: ignore[union-attr]
+    report = reports[planned.group.report_id]  # type: ignore[union-attr]
+    span = planned.span
+    prefix = "" if planned.usage_period == period else f"Late usage of {planned.usage_period}: "
+    return (f"{prefix}{deployment.name} on {deployment.hardware}, {span.start:%Y-%m-%d %H:%M}"  # type: ignore[union-attr]
+            f" to {span.end:%Y-%m-%d %H:%M} UTC, report {report.sha256[:12]}")  # type: ignore[union-attr]
+
+
+def _store(*, period: Period, cutoff: datetime, previous: BillingRun | None, plan: BillingPlan,
+           groups: Sequence[UsageGroup], deployments: Mapping[str, DeploymentFacts],
+           reports: Mapping[str, ReportFacts], actor: Any, started: float) -> BillingRun:
+    totals: dict[str, Decimal] = defaultdict(Decimal)
+    for invoice in plan.invoices:
+        totals[invoice.currency] += invoice.total
+    summary = {
+        "period": period.name, "cutoff": cutoff.isoformat(), "invoices": len(plan.invoices),
+        "records": sum(1 for i in plan.invoices for line in i.lines if line.group is not None),
+        "events": sum(g.events for g in groups), "hours": str(sum((g.hours for g in groups), Decimal(0))),
+        "totals": {currency: str(total) for currency, total in sorted(totals.items())},
+        "unbilled_count": len(plan.unbilled),
+        "unbilled": [{"deployment": u.deployment_id, "usage_period": u.usage_period.name, "hours": str(u.hours),
+                      "reason": u.reason} for u in plan.unbilled[:_UNBILLED_SHOWN]],
+    }
+    label = actor_label(actor)
+    run = BillingRun.objects.create(period=period.first_day, cutoff=cutoff, previous=previous, created_by=label,
+                                    summary=summary)
+    records: list[BillingRecord] = []
+    invoices: list[Invoice] = []
+    lines: list[InvoiceLine] = []
+    for planned_invoice in plan.invoices:
+        invoice = Invoice(organization_id=planned_invoice.organization_id, run=run, period=period.first_day,
+                          currency=planned_invoice.currency, total=planned_invoice.total)
+        invoices.append(invoice)
+        for position, planned in enumerate(planned_invoice.lines, start=1):
+            line = planned.line
+            record = None
+            if planned.group is not None:
+                group, report = planned.group, reports[planned.group.report_id]
+                record = BillingRecord(
+                    run=run, organization_id=planned_invoice.organization_id, contract_id=planned.contract.id,
+                    deployment_id=group.deployment_id, report_id=group.report_id, report_sha256=report.sha256,
+                    report_key_id=report.key_id, report_signature=report.signature,
+                    kind=RecordKind.USAGE if planned.kind == LineKind.USAGE else RecordKind.ADJUSTMENT,
+                    usage_period=planned.usage_period.first_day, span_start=planned.span.start,  # type: ignore[union-attr]
+                    span_end=planned.span.end, hardware=deployments[group.deployment_id].hardware,  # type: ignore[union-attr]
+                    events=group.events, hours=line.hours, ci_low=report.ci_low, stable=report.stable,
+                    speedup=line.speedup, saved_hours=_fits(line.saved_hours, "saved hours"),
+                    price_per_hour=line.price_per_hour, share=line.share,
+                    savings_exact=_fits(line.savings_exact, "savings"), fee_exact=_fits(line.fee_exact, "fee"),
+                    savings=line.savings, fee=line.fee, currency=line.currency, rounding=line.rounding,
+                    reason=line.reason.value if line.reason else "")
+                records.append(record)
+            lines.append(InvoiceLine(
+                invoice=invoice, position=position, kind=planned.kind, record=record,
+                usage_period=planned.usage_period.first_day,
+                description=_describe(planned, deployments, reports, period)[:300], hours=line.hours,
+                speedup=line.speedup, saved_hours=_fits(line.saved_hours, "saved hours"),
+                price_per_hour=line.price_per_hour, share=line.share, savings=line.savings, fee=line.fee,
+                reason=line.reason.value if line.reason else ""))
+    BillingRecord.objects.bulk_create(records, batch_size=2000)
+    Invoice.objects.bulk_create(invoices, batch_size=2000)
+    for line in lines:  # bulk_create assigned the primary keys; point the lines at them
+        line.invoice_id = line.invoice.pk
+        line.record_id = line.record.pk if line.record is not None else None
+    InvoiceLine.objects.bulk_create(lines, batch_size=2000)
+    audit_record(action="billing.run", actor=actor, target=f"billing-run:{period.name}",
+                 data={**{key: summary[key] for key in ("period", "cutoff", "invoices", "records", "events", "hours",
+                                                        "totals", "unbilled_count")},
+                       "seconds": round(time.monotonic() - started, 3)})
+    return run

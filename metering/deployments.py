@@ -1,0 +1,167 @@
+"""Deployments: an optimized model version serving on a hardware class, and the history of which
+signed report it bills under from when (a re-audit's report applies from its date)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from accounts.models import Organization
+from accounts.selectors import Actor
+from auditlog.services import actor_label, audit_record
+from metering.contracts import billed_horizon
+from metering.errors import BillingError
+from metering.models import Contract, Deployment, DeploymentReport
+from metering.periods import Period
+from metering.selectors import contract_in_force
+from reports.models import Report
+
+
+def report_suite(report: Report) -> dict[str, Any]:
+    """The suite a report was measured on, read from the signed body (the source of truth)."""
+    try:
+        body = json.loads(bytes(report.body))
+    except (ValueError, TypeError):
+        body = None
+    suite = body.get("suite") if isinstance(body, dict) else None
+    return suite if isinstance(suite, dict) else {}
+
+
+def _check_billable_report(*, report: Report, contract: Contract, hardware: str) -> None:
+    """A report bills under a contract only if it was measured as the contract's plan says."""
+    if report.model_ci_low is None:
+        raise BillingError("report_not_billable", f"report {report.pk} holds no model-level confidence interval; "
+                                                  "deploy with a report of a run that measured the whole model.")
+    if Report.objects.filter(supersedes=report).exists():
+        raise BillingError("report_superseded", f"report {report.pk} was replaced by a re-audit; use the newest "
+                                                "report of the chain.", status=409)
+    if hardware not in contract.prices:
+        raise BillingError("hardware_not_priced", f"contract version {contract.version} has no price for "
+                                                  f"{hardware}; ask finance to add it in a new version.")
+    suite = report_suite(report)
+    if suite.get("version") != contract.suite_version:
+        raise BillingError("measurement_plan_mismatch",
+                           f"report {report.pk} was measured on suite {suite.get('version')!r} but the contract's "
+                           f"measurement plan pins suite {contract.suite_version!r}; re-run on the pinned suite.")
+    if contract.suite_manifest_sha256 and suite.get("manifest_sha256") != contract.suite_manifest_sha256:
+        raise BillingError("measurement_plan_mismatch",
+                           f"report {report.pk} was measured on suite manifest {suite.get('manifest_sha256')!r}, not "
+                           f"the pinned {contract.suite_manifest_sha256}.")
+
+
+def _contract_at(organization_id: int, moment: datetime) -> Contract:
+    contract = contract_in_force(organization_id=organization_id, day=moment.date())
+    if contract is None:
+        raise BillingError("no_contract", f"no contract is in force on {moment.date()}; finance adds one before "
+                                          "usage can be billed.")
+    return contract
+
+
+def _not_before_horizon(moment: datetime) -> datetime:
+    horizon = billed_horizon()
+    if horizon is None:
+        return moment
+    start = Period.of(horizon).start
+    return max(moment, start)
+
+
+def deployment_create(*, actor: Actor, organization: Organization, report: Report, name: str,
+                      active_from: datetime | None = None) -> Deployment:
+    """Deploy the artifact a signed report measured; usage bills under that report from `active_from`."""
+    if not actor.can_write(organization.pk):
+        raise BillingError("forbidden", "only the organization's owners, members and customer keys deploy.",
+                           status=403)
+    if report.organization_id != organization.pk or report.run_id is None:
+        raise BillingError("not_found", "No such report in your organization.", status=404)
+    name = (name or "").strip()
+    if not name or len(name) > 100:
+        raise BillingError("invalid_field", "a deployment needs a name of 1 to 100 characters (e.g. \"prod-eu\").")
+    moment = active_from or timezone.now()
+    if moment.tzinfo is None:
+        raise BillingError("invalid_field", "active_from needs a timezone (e.g. 2026-11-01T00:00:00Z).")
+    if _not_before_horizon(moment) != moment:
+        raise BillingError("billed_period", f"{moment:%Y-%m} is already billed; a deployment starts later.", status=409)
+    contract = _contract_at(organization.pk, moment)
+    _check_billable_report(report=report, contract=contract, hardware=report.hardware)
+    run = report.run
+    try:
+        with transaction.atomic():
+            deployment = Deployment.objects.create(
+                organization=organization, name=name, model_version_id=run.model_version_id,
+                hardware=report.hardware, artifact_sha256=run.artifact_sha256 or "", active_from=moment,
+                created_by=actor_label(actor))
+            DeploymentReport.objects.create(deployment=deployment, report=report, effective_from=moment,
+                                            created_by=actor_label(actor))
+            audit_record(action="deployment.created", actor=actor, organization_id=organization.pk,
+                         target=f"deployment:{deployment.pk}",
+                         data={"name": name, "report": str(report.pk), "report_sha256": report.body_sha256,
+                               "hardware": report.hardware, "active_from": moment.isoformat()})
+    except IntegrityError:
+        raise BillingError("name_taken", f"a deployment named {name!r} exists; pick another name.",
+                           status=409) from None
+    return deployment
+
+
+def deployment_switch_report(*, actor: Any, deployment: Deployment, report: Report,
+                             effective_from: datetime | None = None) -> DeploymentReport:
+    """Bill under `report` from its date (a re-audit), or from `effective_from`. A billed month is
+    never re-priced: a date inside one moves to the first unbilled moment."""
+    if report.organization_id != deployment.organization_id or report.run_id is None:
+        raise BillingError("not_found", "No such report in your organization.", status=404)
+    if report.run.model_version_id != deployment.model_version_id or report.hardware != deployment.hardware:
+        raise BillingError("report_mismatch", f"report {report.pk} measured another model version or hardware "
+                                              f"class than deployment {deployment.name} serves.")
+    moment = _not_before_horizon(effective_from or report.created_at)
+    with transaction.atomic():
+        # Lock the deployment so two switches cannot interleave their "latest" checks.
+        Deployment.objects.select_for_update().filter(pk=deployment.pk).first()
+        current = deployment.report_history.order_by("-effective_from").first()
+        if current is not None and current.report_id == report.pk:
+            return current
+        if current is not None and moment <= current.effective_from:
+            raise BillingError("report_order", f"report {current.report_id} applies from "
+                                               f"{current.effective_from.isoformat()}; a new report applies later.",
+                               status=409)
+        _check_billable_report(report=report, contract=_contract_at(deployment.organization_id, moment),
+                               hardware=deployment.hardware)
+        try:
+            switch = DeploymentReport.objects.create(deployment=deployment, report=report, effective_from=moment,
+                                                     created_by=actor_label(actor))
+        except IntegrityError:
+            raise BillingError("report_order", f"report {report.pk} already applied to this deployment.",
+                               status=409) from None
+        audit_record(action="deployment.report_switched", actor=actor, organization_id=deployment.organization_id,
+                     target=f"deployment:{deployment.pk}",
+                     data={"report": str(report.pk), "report_sha256": report.body_sha256,
+                           "effective_from": moment.isoformat(),
+                           "previous_report": str(current.report_id) if current else None})
+    return switch
+
+
+def deployments_follow_reaudit(*, report: Report, actor: Any = None) -> list[DeploymentReport]:
+    """Switch every deployment currently billed under the report `report` supersedes; for the
+    reports app to call once a re-audit report exists."""
+    if report.supersedes_id is None:
+        return []
+    switched = []
+    for deployment in Deployment.objects.filter(report_history__report_id=report.supersedes_id):
+        current = deployment.report_history.order_by("-effective_from").first()
+        if current is not None and current.report_id == report.supersedes_id:
+            switched.append(deployment_switch_report(actor=actor, deployment=deployment, report=report))
+    return switched
+
+
+def deployment_data(deployment: Deployment) -> dict[str, Any]:
+    history = list(deployment.report_history.select_related("report").order_by("effective_from"))
+    return {
+        "id": str(deployment.pk), "name": deployment.name, "organization": deployment.organization.slug,
+        "model_version": str(deployment.model_version_id), "hardware": deployment.hardware,
+        "artifact_sha256": deployment.artifact_sha256 or None, "active_from": deployment.active_from.isoformat(),
+        "reports": [{"report": str(h.report_id), "report_sha256": h.report.body_sha256,
+                     "ci_low": str(h.report.model_ci_low), "stable": h.report.stable,
+                     "effective_from": h.effective_from.isoformat()} for h in history],
+    }

@@ -1,0 +1,60 @@
+"""Deployments follow re-audits: the new report applies from its date, never inside a billed month,
+and the history of which report applied from when is kept (append-only)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import IntegrityError, transaction
+
+from tests.metering.conftest import at
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_switches_deployments_to_a_reaudit_from_the_reports_date(make_org, make_contract, make_report,
+                                                                     make_deployment, billing_settings):
+    from metering.deployments import deployments_follow_reaudit
+    from metering.models import DeploymentReport
+
+    org = make_org("acme")
+    make_contract(org)
+    original = make_report(org, ci_low="1.3")
+    deployment = make_deployment(org, original, name="prod")
+    untouched = make_deployment(org, make_report(org), name="other")
+    reaudit = make_report(org, ci_low="1.1", supersedes=original)
+    switched = deployments_follow_reaudit(report=reaudit, actor="system:test")
+    assert [s.deployment_id for s in switched] == [deployment.pk]
+    history = list(deployment.report_history.order_by("effective_from").values_list("report_id", "effective_from"))
+    assert history == [(original.pk, at("2025-01-01 00:00")), (reaudit.pk, reaudit.created_at)]
+    assert untouched.report_history.count() == 1
+    assert deployments_follow_reaudit(report=reaudit) == []  # already switched: nothing to do
+    with pytest.raises(IntegrityError, match="append-only"), transaction.atomic():
+        DeploymentReport.objects.filter(deployment=deployment).update(effective_from=at("2025-01-02 00:00"))
+
+
+def test_it_never_moves_a_report_switch_into_a_billed_month(make_org, make_contract, make_report, make_deployment,
+                                                            billing_settings):
+    from metering.billing import billing_run_create
+    from metering.deployments import deployment_switch_report
+    from metering.periods import Period
+
+    org = make_org("acme")
+    make_contract(org)
+    original = make_report(org)
+    deployment = make_deployment(org, original, name="prod")
+    billing_run_create(period=Period(2025, 1), actor="system:test")
+    switch = deployment_switch_report(actor="system:test", deployment=deployment,
+                                      report=make_report(org, supersedes=original),
+                                      effective_from=at("2025-01-20 00:00"))
+    assert switch.effective_from == at("2025-02-01 00:00")
+
+
+def test_it_refuses_a_second_run_or_invoice_for_the_same_period_in_the_database(billed):
+    from metering.models import BillingRun, Invoice
+
+    invoice = billed["acme"]
+    with pytest.raises(IntegrityError), transaction.atomic():
+        BillingRun.objects.create(period=invoice.period, cutoff=invoice.run.cutoff)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Invoice.objects.create(organization=invoice.organization, run=invoice.run, period=invoice.period,
+                               currency=invoice.currency, total=0)
