@@ -1,0 +1,103 @@
+"""End-to-end model run on a real Celery worker, and the platform's share of its wall time.
+
+Starts a worker on the configured broker and database, uploads a small real model, runs it on
+`cpu` with the `cpu-ci` profile, and writes benchmarks/results/platform-overhead.json:
+wall time from queueing to succeeded, the pipeline's own measured work (profile + optimize +
+audit), and the rest (queueing, claiming, progress writes, storing) as the overhead.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/dyno_bench CELERY_BROKER_URL=redis://127.0.0.1:6379/13 \\
+        .venv/bin/python benchmarks/platform_overhead.py [--runs 2] [--family llama]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform as stdlib_platform
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "platform"), str(ROOT)]
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dyno.settings")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=2, help="model runs; the first warms the tuning cache")
+    parser.add_argument("--family", default="llama")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "platform-overhead.json"))
+    args = parser.parse_args()
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from accounts.selectors import Actor
+    from accounts.services import organization_create
+    from catalog.services import NamedUpload, model_version_upload
+    from django.core.files.uploadedfile import SimpleUploadedFile
+    from runners.samples import write_sample_model
+    from runs.models import Run
+    from runs.services import run_start
+
+    work = Path(tempfile.mkdtemp(prefix="dyno-bench-"))
+    env = dict(os.environ, DYNO_MEDIA_ROOT=str(work / "media"), DYNO_TUNING_CACHE=str(work / "tuning.jsonl"),
+               PYTHONUNBUFFERED="1")
+    os.environ.update({k: env[k] for k in ("DYNO_MEDIA_ROOT", "DYNO_TUNING_CACHE")})
+    from django.conf import settings
+
+    settings.MEDIA_ROOT = work / "media"
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "dyno", "worker", "-Q", "cpu,control", "-c", "1",
+         "-n", f"bench-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "-l", "warning"],
+        cwd=ROOT / "platform", env=env, stdout=open(work / "worker.log", "w"), stderr=subprocess.STDOUT,
+        start_new_session=True)
+    try:
+        org = organization_create(slug=f"bench-{os.getpid()}", name="Bench")
+        actor = Actor(roles={org.pk: "owner"})
+        folder = write_sample_model(work / "model", args.family)
+        uploads = [NamedUpload(path=p.name, file=SimpleUploadedFile(p.name, p.read_bytes()))
+                   for p in sorted(folder.iterdir())]
+        version = model_version_upload(actor=actor, organization=org, model_name="bench", uploads=uploads)
+        rows = []
+        for index in range(args.runs):
+            run = run_start(actor=actor, version=version, hardware="cpu", profile="cpu-ci", batch=1, seq=64)
+            while not Run.objects.get(pk=run.pk).finished:
+                time.sleep(0.5)
+            run.refresh_from_db()
+            if run.status != "succeeded":
+                print(f"run {index} {run.status}: {run.error}", file=sys.stderr)
+                return 1
+            wall = (run.finished_at - run.created_at).total_seconds()
+            queued = (run.started_at - run.created_at).total_seconds()
+            work_s = sum(run.result["optimization"]["seconds"].values())
+            rows.append({"run": index, "wall_s": wall, "queue_s": queued, "measured_work_s": work_s,
+                         "overhead_s": wall - work_s, "overhead_share": (wall - work_s) / wall,
+                         "model_speedup": run.model_speedup, "model_ci95": [run.model_ci_low, run.model_ci_high],
+                         "cache_hits": sum(t["cache_hit"] for t in run.result["optimization"]["tuning"]),
+                         "stage_seconds": run.result["optimization"]["seconds"]})
+            print(json.dumps(rows[-1]))
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    document = {
+        "benchmark": "platform-overhead", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{stdlib_platform.node()} {os.cpu_count()} cores, load {os.getloadavg()}",
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "model": f"runners.samples {args.family} (tiny)", "profile": "cpu-ci", "runs": rows,
+    }
+    Path(args.out).write_text(json.dumps(document, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

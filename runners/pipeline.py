@@ -1,0 +1,185 @@
+"""A model run end to end, as a runner executes it: profile -> optimize -> audit -> model figure.
+
+Pure (torch, triton, transformers; no Django): the Celery task calls `run_model_pipeline` and
+stores what it returns. The optimizer proposes; the audit here is the harness's, not its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runners import suite
+from runners.suite import WorkloadSpec
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[float, str, str], None]  # (fraction of the whole run, message, stage)
+
+# Stage shares of the progress bar: profiling is quick, tuning and auditing take the time.
+_PROFILE, _OPTIMIZE, _AUDIT = (0.0, 0.1), (0.1, 0.55), (0.55, 0.97)
+
+
+@dataclass(frozen=True)
+class PlannedWorkload:
+    """One distinct workload the model executes, as the suite can measure it."""
+
+    key: str  # name plus shape and dtype, unique within a run
+    spec: WorkloadSpec
+    count: int
+    eager_time_s: float
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    family: str
+    shape: dict[str, Any]
+    eager_time_s: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class PipelineOutcome:
+    inventory: dict[str, Any]
+    result: dict[str, Any]
+    artifact: dict[str, Any]
+    seconds: dict[str, float]
+
+
+def workload_key(spec: WorkloadSpec) -> str:
+    shape = ",".join(f"{k}={v}" for k, v in spec.shape.items())
+    return f"{spec.name}[{shape}]{spec.dtype}"
+
+
+def plan_workloads(inventory: dict[str, Any], *, profile: str, limit: int) -> tuple[list[PlannedWorkload], list[Unsupported]]:
+    """Turn inventory entries into suite specs; the `limit` heaviest are audited, the rest count as 1x."""
+    names = set(suite.workload_names())
+    planned: dict[str, PlannedWorkload] = {}
+    unsupported: list[Unsupported] = []
+    for entry in inventory.get("workloads", []):
+        family, shape, eager = entry["family"], dict(entry["shape"]), float(entry.get("eager_time_s") or 0.0)
+        attrs = entry.get("attrs") or {}
+        reason = None
+        if family not in names:
+            reason = f"{family} is not a suite workload"
+        elif family == "attention_prefill" and attrs.get("causal") is False:
+            reason = "non-causal attention is not in suite v1 (causal GQA only)"
+        elif family == "moe" and shape.pop("topk", 2) != 2:
+            reason = "suite v1 measures top-2 routing only"
+        elif attrs.get("batch") or attrs.get("bias"):
+            reason = "batched or biased matrix products are not in suite v1"
+        template = suite.find_spec(profile, family)[0] if reason is None else None
+        if template is not None and set(template.shape) != set(shape):
+            reason = f"shape keys {sorted(shape)} do not match the suite's {sorted(template.shape)}"
+        if reason is not None:
+            unsupported.append(Unsupported(family, shape, eager, reason))
+            continue
+        spec = dataclasses.replace(template, shape={k: int(shape[k]) for k in template.shape}, dtype=entry["dtype"])
+        key = workload_key(spec)
+        if key in planned:  # the same shape seen from two call sites
+            old = planned[key]
+            planned[key] = dataclasses.replace(old, count=old.count + int(entry.get("count", 1)),
+                                               eager_time_s=old.eager_time_s + eager)
+        else:
+            planned[key] = PlannedWorkload(key, spec, int(entry.get("count", 1)), eager)
+    ranked = sorted(planned.values(), key=lambda w: w.eager_time_s, reverse=True)
+    for extra in ranked[limit:]:
+        unsupported.append(Unsupported(extra.spec.name, extra.spec.shape, extra.eager_time_s,
+                                       f"outside the {limit} heaviest workloads audited in this run"))
+    return ranked[:limit], unsupported
+
+
+def model_figure(entries: list[dict[str, Any]], planned: list[PlannedWorkload], total_time_s: float,
+                 unsupported: list[Unsupported]) -> dict[str, Any]:
+    """The whole-model speedup implied by the audited workloads, weighted by eager time (Amdahl).
+
+    Each workload's share of the model's instrumented eager time runs `speedup` times faster; the
+    rest (unsupported, unaudited, rejected) runs at 1x. The CI bounds use each workload's CI
+    bounds the same way, which is conservative for the lower bound a bill uses.
+    """
+    by_key = {e.get("key"): e for e in entries}
+    weighting, share_sum = [], 0.0
+    point, low, high = 0.0, 0.0, 0.0
+    for w in planned:
+        share = w.eager_time_s / total_time_s if total_time_s > 0 else 0.0
+        entry = by_key.get(w.key) or {}
+        accepted = entry.get("verdict") == "accepted" and entry.get("speedup") and entry.get("ci95")
+        s, (lo, hi) = (entry["speedup"], entry["ci95"]) if accepted else (1.0, (1.0, 1.0))
+        point += share / s
+        low += share / lo
+        high += share / hi
+        share_sum += share
+        weighting.append({"key": w.key, "name": w.spec.name, "count": w.count, "weight": share,
+                          "eager_time_s": w.eager_time_s, "speedup": s if accepted else None,
+                          "verdict": entry.get("verdict", "error")})
+    rest = max(0.0, 1.0 - share_sum)
+    figure = {
+        "speedup": 1.0 / (point + rest), "ci95": [1.0 / (low + rest), 1.0 / (high + rest)],
+        "method": "amdahl over audited workloads weighted by instrumented eager time; unaudited work at 1x",
+        "audited_share": share_sum, "weighting": weighting,
+        "unsupported": [dataclasses.asdict(u) for u in unsupported],
+    }
+    if not all(math.isfinite(v) for v in [figure["speedup"], *figure["ci95"]]):
+        raise ValueError("model figure is not finite")
+    return figure
+
+
+def run_model_pipeline(model_dir: Path, *, batch: int, seq: int, profile: str, device: str,
+                       tuning_cache: Path, progress: Progress, workload_limit: int = 6,
+                       tune_budget_s: float = 20.0) -> PipelineOutcome:
+    from optimizer.cache import JsonlTuningCache
+    from optimizer.model import optimize_model
+    from optimizer.search import tune_workload
+    from runners.evaluate import SandboxEvaluator, audit_specs
+    from runners.fingerprint import environment_fingerprint
+    from runners.profile import profile_model
+
+    def part(span: tuple[float, float], stage: str) -> Callable[[float, str], None]:
+        return lambda f, m: progress(span[0] + (span[1] - span[0]) * f, m, stage)
+
+    seconds: dict[str, float] = {}
+    started = time.monotonic()
+    inventory = profile_model(model_dir, batch=batch, seq=seq, device=device, progress=part(_PROFILE, "profile"))
+    seconds["profile"] = time.monotonic() - started
+
+    planned, unsupported = plan_workloads(inventory, profile=profile, limit=workload_limit)
+    timing = inventory.get("instrumented_time_s") or {}
+    total = float(timing.get("classified", 0.0)) + float(timing.get("unclassified", 0.0))
+    cache = JsonlTuningCache(tuning_cache)
+    hardware = _hardware_label(environment_fingerprint(device))
+    optimize = part(_OPTIMIZE, "optimize")
+    sources: dict[str, str] = {}
+    tuning: list[dict[str, Any]] = []
+    started = time.monotonic()
+    for index, w in enumerate(planned):
+        optimize(index / max(1, len(planned) + 1), f"tuning {w.key}")
+        with SandboxEvaluator(w.spec, device=device) as evaluator:
+            tuned = tune_workload(w.spec.name, w.spec.family, w.spec.shape, w.spec.dtype, evaluator,
+                                  device=device, cache=cache, time_budget_s=tune_budget_s, hardware=hardware)
+        sources[w.key] = tuned.chosen.source
+        tuning.append({"key": w.key, "candidate": tuned.chosen.name, "cache_hit": tuned.cache_hit,
+                       "seconds": tuned.seconds_spent, "trials": len(tuned.trials)})
+        optimize((index + 1) / (len(planned) + 1),
+                 f"{w.key}: chose {tuned.chosen.name} ({'cache hit' if tuned.cache_hit else f'{len(tuned.trials)} trials'})")
+    artifact = optimize_model(model_dir, batch=batch, seq=seq, device=device, cache=cache, hardware=hardware)
+    optimize(1.0, f"optimization artifact: strategy {artifact.strategy}")
+    seconds["optimize"] = time.monotonic() - started
+
+    started = time.monotonic()
+    result = audit_specs([w.spec for w in planned], [sources[w.key] for w in planned], keys=[w.key for w in planned],
+                         profile=profile, device=device, progress=part(_AUDIT, "audit"), label="dyno optimizer")
+    seconds["audit"] = time.monotonic() - started
+    result["model"] = model_figure(result["workloads"], planned, total, unsupported)
+    result["model"]["shape"] = {"batch": batch, "seq": seq}
+    result["optimization"] = {"tuning": tuning, "seconds": seconds}
+    return PipelineOutcome(inventory=inventory, result=result, artifact=artifact.to_dict(), seconds=seconds)
+
+
+def _hardware_label(fingerprint: dict[str, Any]) -> str:
+    return f"{fingerprint.get('device_name')}:{fingerprint.get('cpu_model')}:{fingerprint.get('threads')}t"

@@ -1,0 +1,72 @@
+"""The model run's pure parts: which inventory entries the suite audits, and the model-level figure."""
+
+import pytest
+
+from runners.pipeline import PlannedWorkload, model_figure, plan_workloads, workload_key
+from runners.suite import find_spec
+
+
+def _inventory(*entries):
+    return {"workloads": list(entries)}
+
+
+def test_it_maps_inventory_entries_to_suite_specs_and_merges_duplicates():
+    inventory = _inventory(
+        {"family": "gemm", "shape": {"M": 32, "K": 64, "N": 64}, "dtype": "float32", "count": 4, "eager_time_s": 0.004},
+        {"family": "gemm", "shape": {"M": 32, "K": 64, "N": 64}, "dtype": "float32", "count": 2, "eager_time_s": 0.002},
+        {"family": "rmsnorm", "shape": {"R": 32, "H": 64}, "dtype": "float32", "count": 5, "eager_time_s": 0.001},
+    )
+    planned, unsupported = plan_workloads(inventory, profile="cpu-ci", limit=10)
+    assert unsupported == []
+    assert [(w.spec.name, w.count) for w in planned] == [("gemm", 6), ("rmsnorm", 5)]
+    assert planned[0].spec.shape == {"M": 32, "K": 64, "N": 64}
+    assert planned[0].eager_time_s == pytest.approx(0.006)
+    assert planned[0].key == "gemm[M=32,K=64,N=64]float32"
+
+
+@pytest.mark.parametrize("entry, reason", [
+    ({"family": "conv2d", "shape": {"N": 1}}, "not a suite workload"),
+    ({"family": "attention_prefill", "shape": {"B": 1, "Hq": 2, "Hkv": 2, "S": 8, "D": 16},
+      "attrs": {"causal": False}}, "non-causal"),
+    ({"family": "moe", "shape": {"T": 8, "H": 16, "F": 32, "E": 4, "topk": 1}}, "top-2"),
+    ({"family": "gemm", "shape": {"M": 8, "K": 8, "N": 8}, "attrs": {"bias": True}}, "biased"),
+])
+def test_it_reports_what_the_suite_cannot_audit(entry, reason):
+    entry = {"dtype": "float32", "count": 1, "eager_time_s": 0.001, **entry}
+    planned, unsupported = plan_workloads(_inventory(entry), profile="cpu-ci", limit=10)
+    assert planned == [] and reason in unsupported[0].reason
+
+
+def test_it_audits_only_the_heaviest_workloads():
+    entries = [{"family": "rmsnorm", "shape": {"R": r, "H": 64}, "dtype": "float32", "count": 1,
+                "eager_time_s": r / 1000} for r in (1, 2, 3)]
+    planned, unsupported = plan_workloads(_inventory(*entries), profile="cpu-ci", limit=2)
+    assert [w.spec.shape["R"] for w in planned] == [3, 2]
+    assert "heaviest" in unsupported[0].reason
+
+
+def _planned(name: str, seconds: float) -> PlannedWorkload:
+    spec = find_spec("cpu-ci", name)[0]
+    return PlannedWorkload(workload_key(spec), spec, 1, seconds)
+
+
+def test_it_weights_the_model_figure_by_eager_time():
+    gemm, norm = _planned("gemm", 0.6), _planned("rmsnorm", 0.2)
+    entries = [
+        {"key": gemm.key, "verdict": "accepted", "speedup": 2.0, "ci95": [1.5, 2.5]},
+        {"key": norm.key, "verdict": "rejected", "speedup": None, "ci95": None},
+    ]
+    figure = model_figure(entries, [gemm, norm], total_time_s=1.0, unsupported=[])
+    # 60% of the time at 2x, the rejected 20% and the other 20% at 1x: 1 / (0.3 + 0.4) = 1.4286
+    assert figure["speedup"] == pytest.approx(1 / 0.7)
+    assert figure["ci95"][0] == pytest.approx(1 / (0.6 / 1.5 + 0.4))
+    assert figure["ci95"][1] == pytest.approx(1 / (0.6 / 2.5 + 0.4))
+    assert figure["audited_share"] == pytest.approx(0.8)
+    assert [w["verdict"] for w in figure["weighting"]] == ["accepted", "rejected"]
+
+
+def test_it_never_lets_a_slower_workload_raise_the_figure():
+    gemm = _planned("gemm", 0.5)
+    entries = [{"key": gemm.key, "verdict": "accepted", "speedup": 0.8, "ci95": [0.7, 0.9]}]
+    figure = model_figure(entries, [gemm], total_time_s=1.0, unsupported=[])
+    assert figure["speedup"] < 1 and figure["ci95"][0] < figure["speedup"] < figure["ci95"][1]
