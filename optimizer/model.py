@@ -1,0 +1,735 @@
+"""Model-level optimization: map a Hugging Face model's modules to tuned kernels, verify the patched
+model end to end, and emit the optimization artifact that `apply(model, artifact)` deploys.
+
+Patches replace a module's forward with a call to a candidate kernel whose source (and hash) the
+artifact carries. Anything not recognised, not verified or failing keeps its transformers code
+and is listed as a fallback with its reason; optimizing never crashes on an unsupported model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from optimizer.cache import TuningCache, make_key
+from optimizer.candidates import Variant, family_constants, is_gpu, load_kernel, render_candidate, variant_from_params
+
+log = logging.getLogger(__name__)
+
+ARTIFACT_SCHEMA = "dyno.optimization-artifact/1"
+FALLBACK = "not supported, falls back to the baseline"
+
+
+class Status:
+    OPTIMIZED = "optimized"
+    BASELINE = "baseline-kept"  # supported, but the tuned choice is the baseline itself
+    FALLBACK = "fallback"
+
+
+class Strategy:
+    PATCHED = "patched-modules"
+    COMPILE = "whole-model-compile"
+    BASELINE = "baseline"
+
+
+class ArtifactMismatch(ValueError):
+    """An artifact applied to a model (or device) it was not made for."""
+
+
+# Default picks per family when no tuning-cache entry exists for the model's shape: the winners of
+# benchmarks/optimizer_cpu.py on the 2-core development box (CPU), and the Triton launchers' own
+# defaults on GPU (untuned until the runner tunes that hardware class).
+_CPU_DEFAULTS: dict[str, Variant] = {
+    "rmsnorm": Variant("compile-fused", {"mode": "default"}),
+    "layernorm": Variant("baseline"),
+    "swiglu": Variant("compile-fused", {"mode": "default"}),
+    "moe": Variant("eager-padded-bmm"),
+    "ssm_scan": Variant("compile-chunked", {"mode": "default", "chunk": 32}),
+}
+_GPU_DEFAULTS: dict[str, Variant] = {f: Variant("triton") for f in _CPU_DEFAULTS}
+
+# Verification tolerance of the end-to-end check, (atol x rms(reference row), rtol): looser than a
+# single kernel's because differences compound over layers, far tighter than a wrong kernel.
+_E2E_TOL: dict[torch.dtype, tuple[float, float]] = {
+    torch.float32: (1e-3, 1e-3),
+    torch.bfloat16: (5e-2, 5e-2),
+    torch.float16: (2e-2, 2e-2),
+}
+# A model-level strategy must beat the unmodified model by this much in the quick timing.
+MIN_MODEL_GAIN = 0.03
+
+
+# -- artifact -------------------------------------------------------------------------------------
+
+
+@dataclass
+class ModuleEntry:
+    """One module of the model and what runs for it."""
+
+    module: str
+    module_class: str
+    family: str | None
+    status: str
+    kernel: str | None = None
+    params: dict[str, Any] | None = None
+    source_sha256: str | None = None
+    shape: dict[str, int] | None = None
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass
+class OptimizationArtifact:
+    """The deployable result of optimize_model (JSON: schema dyno.optimization-artifact/1)."""
+
+    model: dict[str, Any]
+    device: str
+    hardware: str
+    versions: dict[str, str]
+    workload: dict[str, Any]
+    strategy: str
+    modules: list[ModuleEntry]
+    kernels: dict[str, str]
+    compile: dict[str, Any] | None = None
+    verification: dict[str, Any] = field(default_factory=dict)
+    estimates: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    schema: str = ARTIFACT_SCHEMA
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["modules"] = [m.to_dict() for m in self.modules]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> OptimizationArtifact:
+        if data.get("schema") != ARTIFACT_SCHEMA:
+            raise ArtifactMismatch(f"artifact schema {data.get('schema')!r} is not {ARTIFACT_SCHEMA!r}; "
+                                   "re-run optimize-model with this version of the optimizer")
+        fields = dict(data)
+        fields["modules"] = [ModuleEntry(**m) for m in data.get("modules", [])]
+        return cls(**{k: v for k, v in fields.items() if k in cls.__dataclass_fields__})
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> OptimizationArtifact:
+        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+# -- patchers: which modules map to which kernel family, and how a kernel is installed -----------
+
+_RMSNORM_CLASSES = {"LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "MixtralRMSNorm", "MambaRMSNorm"}
+_GATED_MLP_CLASSES = {"LlamaMLP", "MistralMLP", "Qwen2MLP"}
+_MOE_CLASSES = {"MixtralSparseMoeBlock"}
+_MIXER_CLASSES = {"MambaMixer"}
+
+
+def _is_silu(act: Any) -> bool:
+    return isinstance(act, torch.nn.SiLU) or type(act).__name__ in ("SiLU", "SiLUActivation")
+
+
+@dataclass(frozen=True)
+class _Patcher:
+    family: str
+    # None when the module is this patcher's, else why not (a module of the right class that
+    # cannot be patched gets that reason as its fallback entry)
+    check: Callable[[torch.nn.Module], str | None]
+    claims: Callable[[torch.nn.Module], bool]
+    shape: Callable[[torch.nn.Module, int, int], dict[str, int]]
+    constants: Callable[[torch.nn.Module], dict[str, Any]]
+    forward: Callable[[torch.nn.Module, Callable[..., Any]], Callable[..., Any]]
+
+
+def _rmsnorm_check(m: torch.nn.Module) -> str | None:
+    w = getattr(m, "weight", None)
+    if not isinstance(w, torch.Tensor) or w.dim() != 1 or not isinstance(getattr(m, "variance_epsilon", None), float):
+        return f"{type(m).__name__} lacks the 1-D weight / variance_epsilon of a Llama-style RMSNorm; {FALLBACK}"
+    return None
+
+
+def _rmsnorm_forward(m: torch.nn.Module, kernel: Callable[..., Any]) -> Callable[..., Any]:
+    def forward(hidden_states: torch.Tensor) -> torch.Tensor:
+        return kernel(hidden_states, m.weight)
+
+    return forward
+
+
+def _layernorm_check(m: torch.nn.Module) -> str | None:
+    if len(m.normalized_shape) != 1 or m.weight is None or m.bias is None:
+        return f"LayerNorm without affine weight and bias over one dim; {FALLBACK}"
+    return None
+
+
+def _layernorm_forward(m: torch.nn.Module, kernel: Callable[..., Any]) -> Callable[..., Any]:
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return kernel(x, m.weight, m.bias)
+
+    return forward
+
+
+def _mlp_check(m: torch.nn.Module) -> str | None:
+    parts = [getattr(m, n, None) for n in ("gate_proj", "up_proj", "down_proj")]
+    if not all(isinstance(p, torch.nn.Linear) for p in parts):
+        return f"{type(m).__name__} lacks gate/up/down Linear projections; {FALLBACK}"
+    if not _is_silu(getattr(m, "act_fn", None)):
+        return f"{type(m).__name__} activation {type(getattr(m, 'act_fn', None)).__name__} is not SiLU; {FALLBACK}"
+    return None
+
+
+def _mlp_forward(m: torch.nn.Module, kernel: Callable[..., Any]) -> Callable[..., Any]:
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return m.down_proj(kernel(m.gate_proj(x), m.up_proj(x)))
+
+    return forward
+
+
+def _moe_weights(m: torch.nn.Module) -> tuple[torch.Tensor, ...]:
+    """Mixtral's [E, 2F, H] gate_up and [E, H, F] down parameters as the suite's [E,H,F] and
+    [E,F,H] operands: views, no copies."""
+    gate_up, down = m.experts.gate_up_proj, m.experts.down_proj
+    f = gate_up.shape[1] // 2
+    return (m.gate.weight.t(), gate_up[:, :f].transpose(1, 2), gate_up[:, f:].transpose(1, 2), down.transpose(1, 2))
+
+
+def _moe_check(m: torch.nn.Module) -> str | None:
+    experts, gate = getattr(m, "experts", None), getattr(m, "gate", None)
+    gate_up, down = getattr(experts, "gate_up_proj", None), getattr(experts, "down_proj", None)
+    if not (isinstance(gate_up, torch.Tensor) and gate_up.dim() == 3 and isinstance(down, torch.Tensor)
+            and isinstance(getattr(gate, "weight", None), torch.Tensor)):
+        return f"{type(m).__name__} does not hold fused 3-D expert weights (transformers >= 5 layout); {FALLBACK}"
+    if not _is_silu(getattr(experts, "act_fn", None)) or not isinstance(getattr(m, "top_k", None), int):
+        return f"{type(m).__name__} experts are not SiLU-gated top-k; {FALLBACK}"
+    return None
+
+
+def _moe_forward(m: torch.nn.Module, kernel: Callable[..., Any]) -> Callable[..., Any]:
+    original = m.forward
+
+    def forward(hidden_states: torch.Tensor) -> torch.Tensor:
+        if m.training:  # router jitter and aux losses are training features the kernel omits
+            return original(hidden_states)
+        b, s, h = hidden_states.shape
+        return kernel(hidden_states.reshape(-1, h), *_moe_weights(m)).view(b, s, h)
+
+    return forward
+
+
+def _mixer_helpers(m: torch.nn.Module) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+    module = sys.modules.get(type(m).__module__)
+    conv, mask = getattr(module, "causal_conv1d_fn", None), getattr(module, "apply_mask_to_padding_states", None)
+    return (conv, mask) if callable(conv) and callable(mask) else None
+
+
+def _mixer_check(m: torch.nn.Module) -> str | None:
+    needed = ("in_proj", "conv1d", "x_proj", "dt_proj", "out_proj", "A_log", "D", "time_step_rank", "ssm_state_size")
+    if not all(hasattr(m, n) for n in needed) or _mixer_helpers(m) is None:
+        return f"{type(m).__name__} does not have the transformers 5 Mamba mixer layout; {FALLBACK}"
+    return None
+
+
+def _mixer_forward(m: torch.nn.Module, kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """The mixer's full-sequence path with the selective scan replaced by `kernel`; cached decoding
+    and training keep transformers' own forward."""
+    original = m.forward
+    conv_fn, mask_fn = _mixer_helpers(m)  # type: ignore[misc]
+
+    def forward(hidden_states: torch.Tensor, cache: Any = None, attention_mask: Any = None, **kwargs: Any) -> Any:
+        if cache is not None or kwargs.get("cache_params") is not None or m.training:
+            return original(hidden_states, cache, attention_mask, **kwargs)
+        dtype = hidden_states.dtype
+        projected = m.in_proj(mask_fn(hidden_states, attention_mask)).transpose(1, 2)
+        x, gate = projected.chunk(2, dim=1)
+        x = conv_fn(x, m.conv1d.weight.squeeze(1), m.conv1d.bias, activation=m.activation)
+        x = mask_fn(x.transpose(1, 2), attention_mask)
+        time_step, b, c = torch.split(m.x_proj(x), [m.time_step_rank, m.ssm_state_size, m.ssm_state_size], dim=-1)
+        dt = m.dt_proj.weight @ time_step.transpose(1, 2)
+        if m.dt_proj.bias is not None:
+            dt = dt + m.dt_proj.bias.float()[..., None]
+        dt = F.softplus(dt)
+        a = -torch.exp(m.A_log.float())
+        y = kernel(x.transpose(1, 2), dt, a, b.transpose(1, 2), c.transpose(1, 2), m.D.float())
+        y = y * F.silu(gate)
+        return m.out_proj(y.transpose(1, 2).to(dtype))
+
+    return forward
+
+
+def _rows(batch: int, seq: int) -> int:
+    return batch * seq
+
+
+_PATCHERS: dict[str, _Patcher] = {
+    "rmsnorm": _Patcher(
+        "rmsnorm", _rmsnorm_check, lambda m: type(m).__name__ in _RMSNORM_CLASSES,
+        lambda m, b, s: {"R": _rows(b, s), "H": m.weight.shape[0]},
+        lambda m: {"EPS": float(m.variance_epsilon)}, _rmsnorm_forward,
+    ),
+    "layernorm": _Patcher(
+        "layernorm", _layernorm_check, lambda m: isinstance(m, torch.nn.LayerNorm),
+        lambda m, b, s: {"R": _rows(b, s), "H": m.normalized_shape[0]},
+        lambda m: {"EPS": float(m.eps)}, _layernorm_forward,
+    ),
+    "swiglu": _Patcher(
+        "swiglu", _mlp_check, lambda m: type(m).__name__ in _GATED_MLP_CLASSES,
+        lambda m, b, s: {"R": _rows(b, s), "F": m.gate_proj.out_features},
+        lambda m: {}, _mlp_forward,
+    ),
+    "moe": _Patcher(
+        "moe", _moe_check, lambda m: type(m).__name__ in _MOE_CLASSES,
+        lambda m, b, s: {"T": _rows(b, s), "H": m.experts.gate_up_proj.shape[2],
+                         "F": m.experts.gate_up_proj.shape[1] // 2, "E": m.experts.gate_up_proj.shape[0],
+                         "topk": int(m.top_k)},
+        lambda m: {"TOP_K": int(m.top_k), "RENORMALIZE": True}, _moe_forward,
+    ),
+    "ssm_scan": _Patcher(
+        "ssm_scan", _mixer_check, lambda m: type(m).__name__ in _MIXER_CLASSES,
+        lambda m, b, s: {"B": b, "D": m.A_log.shape[0], "L": s, "N": m.A_log.shape[1]},
+        lambda m: {"DELTA_SOFTPLUS": False}, _mixer_forward,
+    ),
+}
+
+
+def _unsupported_reason(module: torch.nn.Module) -> tuple[str, str] | None:
+    """(family, reason) for modules that are a workload the optimizer does not patch."""
+    name = type(module).__name__
+    if isinstance(module, torch.nn.Linear) or name == "Conv1D":
+        return "gemm", f"gemm: the vendor GEMM (oneDNN/cuBLAS) is kept, no candidate replaces nn.Linear; {FALLBACK}"
+    if name.endswith(("Attention", "SelfAttention")):
+        return ("attention_prefill",
+                f"attention: model-level attention patching is not implemented; {FALLBACK} ({name} as transformers runs it)")
+    if name.endswith(("MLP", "Intermediate")):
+        return "swiglu", f"{name} is not a SiLU-gated MLP (no tuned kernel family for its activation); {FALLBACK}"
+    if name.endswith("RMSNorm") and name not in _RMSNORM_CLASSES:
+        return "rmsnorm", f"{name} is not a known Llama-style RMSNorm (its weighting may differ); {FALLBACK}"
+    if name.endswith("SparseMoeBlock") and name not in _MOE_CLASSES:
+        return "moe", f"{name} is not a supported MoE block; {FALLBACK}"
+    return None
+
+
+def _model_dtype(model: torch.nn.Module) -> torch.dtype:
+    counts: dict[torch.dtype, int] = {}
+    for p in model.parameters():
+        counts[p.dtype] = counts.get(p.dtype, 0) + p.numel()
+    return max(counts, key=counts.__getitem__) if counts else torch.float32
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def plan_modules(
+    model: torch.nn.Module,
+    *,
+    batch: int,
+    seq: int,
+    device: str,
+    cache: TuningCache | None = None,
+    hardware: str | None = None,
+) -> tuple[list[ModuleEntry], dict[str, str]]:
+    """Map every module to a kernel (or a fallback): entries in model order, and kernel sources
+    by hash. A family's variant comes from the tuning cache for the model's shape when it has an
+    entry, else the per-device default."""
+    from optimizer.search import default_hardware
+
+    dtype = _dtype_name(_model_dtype(model))
+    hw = hardware or default_hardware()
+    defaults = _GPU_DEFAULTS if is_gpu(device) else _CPU_DEFAULTS
+    entries: list[ModuleEntry] = []
+    kernels: dict[str, str] = {}
+    claimed: list[str] = []
+    listed: list[str] = []
+    for name, module in model.named_modules():
+        if any(name.startswith(prefix + ".") for prefix in claimed):
+            continue  # inside a patched module: its children are covered by that module's kernel
+        cls = type(module).__name__
+        patcher = next((p for p in _PATCHERS.values() if p.claims(module)), None)
+        if patcher is None:
+            unsupported = _unsupported_reason(module)
+            if unsupported is not None and not (unsupported[0] != "gemm" and any(
+                    name.startswith(prefix + ".") for prefix in listed)):
+                entries.append(ModuleEntry(name, cls, unsupported[0], Status.FALLBACK, reason=unsupported[1]))
+                if unsupported[0] != "gemm":
+                    listed.append(name)  # one entry for an unsupported block, not one per nested part
+            continue
+        why_not = patcher.check(module)
+        if why_not is not None:
+            entries.append(ModuleEntry(name, cls, patcher.family, Status.FALLBACK, reason=why_not))
+            continue
+        try:
+            shape = patcher.shape(module, batch, seq)
+            constants = family_constants(patcher.family, shape, patcher.constants(module))
+            variant, origin = defaults[patcher.family], "device default"
+            if cache is not None:
+                hit = cache.get(make_key(patcher.family, shape, dtype, hardware=hw, device=device))
+                if hit is not None:
+                    variant, origin = variant_from_params(hit.params), "tuning cache"
+            candidate = render_candidate(f"{patcher.family}@{name}", patcher.family, variant, constants=constants)
+        except Exception as exc:  # a module we cannot map keeps its own code
+            entries.append(ModuleEntry(name, cls, patcher.family, Status.FALLBACK,
+                                       reason=f"could not map to a kernel ({type(exc).__name__}: {exc}); {FALLBACK}"))
+            continue
+        claimed.append(name)
+        if variant.name == "baseline":
+            entries.append(ModuleEntry(name, cls, patcher.family, Status.BASELINE, kernel="baseline", shape=shape,
+                                       reason=f"the tuned choice ({origin}) for this workload is the baseline itself"))
+            continue
+        # A candidate rendered per module carries the module's name in its docstring; the kernel
+        # shared by all modules of one family and config is keyed by its source without it.
+        source = render_candidate(patcher.family, patcher.family, variant, constants=constants).source
+        sha = hashlib.sha256(source.encode()).hexdigest()
+        kernels[sha] = source
+        entries.append(ModuleEntry(name, cls, patcher.family, Status.OPTIMIZED, kernel=candidate.name,
+                                   params=dict(candidate.params), source_sha256=sha, shape=shape,
+                                   reason=f"variant from the {origin}"))
+    return entries, kernels
+
+
+# -- installing and removing patches ------------------------------------------------------------
+
+
+@contextmanager
+def _patched(model: torch.nn.Module, entries: list[ModuleEntry], kernels: dict[str, str]) -> Iterator[None]:
+    installed = _install(model, entries, kernels)
+    try:
+        yield
+    finally:
+        for module in installed:
+            _uninstall(module)
+
+
+_KERNEL_CACHE: dict[str, Callable[..., Any]] = {}
+
+
+def _kernel_for(sha: str, kernels: dict[str, str]) -> Callable[..., Any]:
+    source = kernels.get(sha)
+    if source is None:
+        raise ArtifactMismatch(f"the artifact lists kernel {sha[:12]} but carries no source for it")
+    if hashlib.sha256(source.encode()).hexdigest() != sha:
+        raise ArtifactMismatch(f"kernel source {sha[:12]} does not hash to its name: the artifact was altered")
+    if sha not in _KERNEL_CACHE:
+        _KERNEL_CACHE[sha] = load_kernel(source, f"dyno_kernel_{sha[:12]}")
+    return _KERNEL_CACHE[sha]
+
+
+def _install(model: torch.nn.Module, entries: list[ModuleEntry], kernels: dict[str, str]) -> list[torch.nn.Module]:
+    """Patch every optimized entry's module, all or nothing: everything is resolved and loaded
+    before the first forward is replaced, so a mismatch never leaves a half-patched model."""
+    modules = dict(model.named_modules())
+    plan: list[tuple[torch.nn.Module, ModuleEntry, Callable[..., Any]]] = []
+    for e in entries:
+        if e.status != Status.OPTIMIZED:
+            continue
+        module = modules.get(e.module)
+        if module is None or type(module).__name__ != e.module_class:
+            found = type(module).__name__ if module is not None else "nothing"
+            raise ArtifactMismatch(f"artifact module {e.module!r} is a {e.module_class} but this model has {found} "
+                                   "there; apply the artifact to the model it was made for")
+        if e.family not in _PATCHERS:
+            raise ArtifactMismatch(f"artifact module {e.module!r} uses kernel family {e.family!r}, which this "
+                                   "optimizer cannot install; upgrade the optimizer or re-run optimize-model")
+        plan.append((module, e, _kernel_for(e.source_sha256 or "", kernels)))
+    for module, e, kernel in plan:
+        module._dyno_kernel_sha256 = e.source_sha256  # type: ignore[attr-defined]
+        module.forward = _PATCHERS[e.family].forward(module, kernel)  # type: ignore[index]  # shadows the class's
+    return [module for module, _, _ in plan]
+
+
+def _uninstall(module: torch.nn.Module) -> None:
+    if module.__dict__.pop("_dyno_kernel_sha256", None) is not None:
+        module.__dict__.pop("forward", None)
+
+
+# -- checking and timing --------------------------------------------------------------------------
+
+
+def _main_output(out: Any) -> torch.Tensor:
+    for attr in ("logits", "last_hidden_state"):
+        value = getattr(out, attr, None)
+        if isinstance(value, torch.Tensor):
+            return value
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        return out[0]
+    raise TypeError(f"cannot find the output tensor of a {type(out).__name__}")
+
+
+def compare_outputs(out: torch.Tensor, ref: torch.Tensor) -> dict[str, Any]:
+    """|out - ref| <= atol x rms(ref row) + rtol x |ref|, the suite's rule, at end-to-end tolerances."""
+    atol, rtol = _E2E_TOL.get(ref.dtype, _E2E_TOL[torch.float32])
+    o, r = out.detach().double(), ref.detach().double()
+    if o.shape != r.shape:
+        return {"passed": False, "reason": f"output shape {tuple(o.shape)} != {tuple(r.shape)}"}
+    rms = r.square().mean(-1, keepdim=True).sqrt()
+    err = (o - r).abs()
+    allowed = atol * rms + rtol * r.abs()
+    finite = bool(torch.isfinite(o).all())
+    return {"passed": finite and bool((err <= allowed).all()), "max_abs_err": float(err.max()) if err.numel() else 0.0,
+            "atol": atol, "rtol": rtol}
+
+
+def quick_time(fn: Callable[[], Any], rounds: int = 5) -> float:
+    """Median seconds of `rounds` calls after one warm-up: an estimate to choose a strategy, never
+    a reported figure (the runner's audit measures those)."""
+    fn()
+    samples = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t)
+    return statistics.median(samples)
+
+
+def example_model_inputs(model: torch.nn.Module, *, batch: int, seq: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Seeded token ids (and an all-ones attention mask where the model takes one)."""
+    config = model.config
+    vocab = getattr(config, "vocab_size", None)
+    if not isinstance(vocab, int) or vocab < 1:
+        raise ValueError(f"{type(model).__name__} config has no vocab_size; only token-input models are optimized")
+    device = next(model.parameters()).device
+    ids = torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(seed)).to(device)
+    inputs = {"input_ids": ids}
+    if "attention_mask" in inspect.signature(model.forward).parameters:
+        inputs["attention_mask"] = torch.ones(batch, seq, dtype=torch.long, device=device)
+    return inputs
+
+
+def load_model(model_dir: str | os.PathLike[str], *, device: str = "cpu") -> torch.nn.Module:
+    """A model folder (config.json + safetensors) loaded as transformers runs it, offline and
+    without remote code; a config-only folder (architecture card) gets seeded random weights."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import transformers
+
+    path = Path(model_dir)
+    config = transformers.AutoConfig.from_pretrained(path, trust_remote_code=False, local_files_only=True)
+    arch = (getattr(config, "architectures", None) or [None])[0]
+    cls = getattr(transformers, arch, None) if arch else None
+    if cls is None:
+        cls = transformers.AutoModelForCausalLM
+    if any(path.glob("*.safetensors")):
+        model = cls.from_pretrained(path, trust_remote_code=False, local_files_only=True, use_safetensors=True,
+                                    dtype="auto")
+    else:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model = cls.from_config(config) if cls is transformers.AutoModelForCausalLM else cls(config)
+    return model.to(device).eval()
+
+
+def _config_sha256(model: torch.nn.Module) -> str:
+    data = model.config.to_dict()
+    volatile = {"transformers_version", "name_or_path", "_name_or_path", "dtype", "torch_dtype"}
+    kept = {k: v for k, v in data.items() if k not in volatile and not k.startswith("_")}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _versions() -> dict[str, str]:
+    import transformers
+
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = "absent"
+    return {"torch": torch.__version__, "triton": triton_version, "transformers": transformers.__version__}
+
+
+# -- optimize ----------------------------------------------------------------------------------
+
+
+def optimize_model(
+    model: torch.nn.Module | str | os.PathLike[str],
+    *,
+    batch: int,
+    seq: int,
+    device: str = "cpu",
+    cache: TuningCache | None = None,
+    hardware: str | None = None,
+    try_compile: bool = True,
+    timer: Callable[[Callable[[], Any]], float] = quick_time,
+    seed: int = 0,
+) -> OptimizationArtifact:
+    """Build the optimization artifact of a model (a loaded module or a model folder).
+
+    Steps: map modules to kernels, check the patched model against the unmodified one on seeded
+    inputs (dropping, family by family, any patch that breaks the match), optionally try a
+    whole-model torch.compile, estimate each verified strategy's time with `timer`, and keep the
+    fastest that beats the unmodified model by MIN_MODEL_GAIN. A passed-in model is left as it was.
+    """
+    from optimizer.search import default_hardware
+
+    if isinstance(model, (str, os.PathLike)):
+        model = load_model(model, device=device)
+    model.eval()
+    hw = hardware or default_hardware()
+    notes: list[str] = []
+    entries, kernels = plan_modules(model, batch=batch, seq=seq, device=device, cache=cache, hardware=hw)
+    inputs = example_model_inputs(model, batch=batch, seq=seq, seed=seed)
+    with torch.no_grad():
+        reference = _main_output(model(**inputs))
+        run = lambda m=model: m(**inputs)  # noqa: E731
+        verification: dict[str, Any] = {"inputs": {"batch": batch, "seq": seq, "seed": seed}}
+        estimates: dict[str, Any] = {"timer": "optimizer quick estimate (median of 5 in-process runs); not billed"}
+        estimates[Strategy.BASELINE] = timer(run)
+
+        entries = _verify_patches(model, entries, kernels, inputs, reference, verification)
+        patched = [e for e in entries if e.status == Status.OPTIMIZED]
+        options: dict[str, Any] | None = None
+        if patched:
+            with _patched(model, entries, kernels):
+                estimates[Strategy.PATCHED] = timer(run)
+        if try_compile:
+            options = {"dynamic": False}
+            try:
+                compiled = torch.compile(model, **options)
+                check = compare_outputs(_main_output(compiled(**inputs)), reference)
+                verification[Strategy.COMPILE] = check
+                if check["passed"]:
+                    estimates[Strategy.COMPILE] = timer(lambda: compiled(**inputs))
+                else:
+                    notes.append(f"whole-model torch.compile dropped: outputs differ ({check})")
+            except Exception as exc:  # a model torch.compile cannot handle is a rejected candidate
+                notes.append(f"whole-model torch.compile failed ({type(exc).__name__}: {exc}); not used")
+            finally:
+                torch._dynamo.reset()
+
+    base = estimates[Strategy.BASELINE]
+    timed = {s: t for s, t in estimates.items() if s in (Strategy.PATCHED, Strategy.COMPILE)}
+    strategy = Strategy.BASELINE
+    if timed:
+        best = min(timed, key=timed.__getitem__)
+        if timed[best] < base * (1 - MIN_MODEL_GAIN):
+            strategy = best
+        else:
+            notes.append(f"no strategy beat the unmodified model by {MIN_MODEL_GAIN:.0%} in the quick estimate")
+    if strategy != Strategy.PATCHED:
+        for e in entries:
+            if e.status == Status.OPTIMIZED:
+                e.status = Status.BASELINE
+                e.reason = f"verified, but the chosen strategy is {strategy}"
+        kernels = {}
+    else:
+        used = {e.source_sha256 for e in entries if e.status == Status.OPTIMIZED}
+        kernels = {k: v for k, v in kernels.items() if k in used}
+    if not any(e.status == Status.OPTIMIZED for e in entries) and not patched:
+        notes.append(f"{type(model).__name__}: no module maps to a tuned kernel on {device}; every module runs "
+                     "as transformers runs it")
+    arch = (getattr(model.config, "architectures", None) or [type(model).__name__])[0]
+    return OptimizationArtifact(
+        model={"architecture": arch, "class": type(model).__name__, "model_type": model.config.model_type,
+               "config_sha256": _config_sha256(model), "dtype": _dtype_name(_model_dtype(model))},
+        device=device, hardware=hw, versions=_versions(),
+        workload={"batch": batch, "seq": seq},
+        strategy=strategy, modules=entries, kernels=kernels,
+        compile=options if strategy == Strategy.COMPILE else None,
+        verification=verification,
+        estimates={k: v for k, v in estimates.items()},
+        notes=notes,
+    )
+
+
+def _verify_patches(
+    model: torch.nn.Module,
+    entries: list[ModuleEntry],
+    kernels: dict[str, str],
+    inputs: dict[str, torch.Tensor],
+    reference: torch.Tensor,
+    verification: dict[str, Any],
+) -> list[ModuleEntry]:
+    """Check all patches together; if that fails, each family alone, turning the failing
+    families' entries into fallbacks with the reason."""
+
+    def attempt(selected: list[ModuleEntry]) -> tuple[bool, str]:
+        try:
+            with _patched(model, selected, kernels):
+                check = compare_outputs(_main_output(model(**inputs)), reference)
+        except Exception as exc:  # a kernel that fails to compile or run is a rejected candidate
+            return False, f"{type(exc).__name__}: {str(exc)[:300]}"
+        return check["passed"], json.dumps(check)
+
+    optimized = [e for e in entries if e.status == Status.OPTIMIZED]
+    if not optimized:
+        return entries
+    ok, detail = attempt(optimized)
+    verification[Strategy.PATCHED] = {"passed": ok, "detail": detail}
+    if ok:
+        return entries
+    failed: dict[str, str] = {}
+    for family in sorted({e.family for e in optimized if e.family}):
+        fam_ok, fam_detail = attempt([e for e in optimized if e.family == family])
+        if not fam_ok:
+            failed[family] = fam_detail
+    for e in entries:
+        if e.status == Status.OPTIMIZED and e.family in failed:
+            e.status = Status.FALLBACK
+            e.reason = f"end-to-end check failed for {e.family} kernels ({failed[e.family]}); {FALLBACK}"
+    remaining = [e for e in entries if e.status == Status.OPTIMIZED]
+    if remaining:
+        ok, detail = attempt(remaining)
+        verification[Strategy.PATCHED] = {"passed": ok, "detail": detail, "dropped_families": sorted(failed)}
+        if not ok:  # the survivors pass alone but not together: keep nothing rather than guess
+            for e in remaining:
+                e.status = Status.FALLBACK
+                e.reason = f"passes alone but not combined with the other patches ({detail}); {FALLBACK}"
+    return entries
+
+
+# -- apply ----------------------------------------------------------------------------------------
+
+
+def apply(model: torch.nn.Module, artifact: OptimizationArtifact | dict[str, Any] | str | os.PathLike[str]
+          ) -> torch.nn.Module:
+    """Install an artifact's kernels into `model` (the model it was made for) and return it.
+
+    Raises ArtifactMismatch, with what differs, when the artifact belongs to another architecture,
+    config or device type, or was altered (a kernel source that does not match its hash).
+    """
+    if isinstance(artifact, (str, os.PathLike)):
+        artifact = OptimizationArtifact.load(artifact)
+    elif isinstance(artifact, dict):
+        artifact = OptimizationArtifact.from_dict(artifact)
+    arch = (getattr(model.config, "architectures", None) or [type(model).__name__])[0]
+    if arch != artifact.model.get("architecture") and type(model).__name__ != artifact.model.get("class"):
+        raise ArtifactMismatch(f"artifact is for {artifact.model.get('architecture')}, model is {arch}")
+    if _config_sha256(model) != artifact.model.get("config_sha256"):
+        raise ArtifactMismatch("the model's config differs from the one the artifact was optimized for "
+                               "(layer sizes, heads, eps ...); run optimize-model on this model")
+    param = next(model.parameters(), None)
+    device_type = param.device.type if param is not None else "cpu"
+    if is_gpu(artifact.device) != (device_type == "cuda"):
+        raise ArtifactMismatch(f"artifact was made for device {artifact.device!r}; the model is on {device_type}")
+    if artifact.strategy == Strategy.PATCHED:
+        _install(model, artifact.modules, artifact.kernels)
+    elif artifact.strategy == Strategy.COMPILE:
+        model.compile(**(artifact.compile or {}))
+    return model
+
+
+def remove(model: torch.nn.Module) -> torch.nn.Module:
+    """Undo `apply`'s module patches (a whole-model compile stays)."""
+    for module in model.modules():
+        _uninstall(module)
+    return model
+
+
+__all__ = ["ARTIFACT_SCHEMA", "ArtifactMismatch", "ModuleEntry", "OptimizationArtifact", "Status", "Strategy",
+           "apply", "compare_outputs", "load_model", "optimize_model", "plan_modules", "quick_time", "remove"]

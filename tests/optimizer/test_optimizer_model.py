@@ -1,0 +1,195 @@
+"""Model-level optimization on tiny real transformers models: module mapping, end-to-end checks,
+fallbacks, the artifact, and apply() in a fresh process-like setting (a freshly loaded model)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import optimizer
+from optimizer.model import (
+    ARTIFACT_SCHEMA,
+    FALLBACK,
+    ArtifactMismatch,
+    OptimizationArtifact,
+    Status,
+    Strategy,
+    compare_outputs,
+    example_model_inputs,
+    load_model,
+    optimize_model,
+    remove,
+)
+from runners.samples import write_sample_model
+
+
+def scripted_timer(*estimates: float):
+    """Stands in for the quick timer: runs the candidate once and returns the next estimate
+    (optimize_model times the baseline first, then the patched model, then whole-model compile)."""
+    it = iter(estimates)
+
+    def timer(fn):
+        fn()
+        return next(it)
+
+    return timer
+
+
+@pytest.fixture(autouse=True)
+def fresh_kernels(monkeypatch):
+    """Each test loads kernels anew: the process-wide kernel cache would otherwise hand a test the
+    kernel another test compiled from the same source before a monkeypatch."""
+    import optimizer.model as model_module
+
+    monkeypatch.setattr(model_module, "_KERNEL_CACHE", {})
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("models")
+    return {f: write_sample_model(root / f, f) for f in ("llama", "mistral", "mixtral", "mamba", "gpt2", "bert", "qwen2")}
+
+
+def outputs(model: torch.nn.Module, batch: int = 2, seq: int = 11) -> torch.Tensor:
+    with torch.no_grad():
+        return model(**example_model_inputs(model, batch=batch, seq=seq, seed=5)).logits
+
+
+@pytest.mark.parametrize("family,expected", [
+    ("llama", {"rmsnorm", "swiglu"}),
+    ("mistral", {"rmsnorm", "swiglu"}),
+    ("mixtral", {"rmsnorm", "moe"}),
+    ("mamba", {"rmsnorm", "ssm_scan"}),
+])
+def test_it_patches_supported_modules_and_apply_reproduces_the_model(models, family, expected, tmp_path):
+    artifact = optimize_model(models[family], batch=2, seq=16, try_compile=False, timer=scripted_timer(1.0, 0.5))
+    assert artifact.strategy == Strategy.PATCHED
+    optimized = [m for m in artifact.modules if m.status == Status.OPTIMIZED]
+    assert {m.family for m in optimized} == expected
+    assert all(m.source_sha256 in artifact.kernels for m in optimized)
+    assert artifact.verification[Strategy.PATCHED]["passed"] is True
+
+    path = tmp_path / "artifact.json"
+    artifact.save(path)
+    data = json.loads(path.read_text())
+    assert data["schema"] == ARTIFACT_SCHEMA and data["model"]["architecture"]
+
+    fresh = load_model(models[family])
+    expected_out = outputs(fresh)
+    applied = optimizer.apply(fresh, path)
+    patched = [n for n, m in applied.named_modules() if getattr(m, "_dyno_kernel_sha256", None)]
+    assert sorted(patched) == sorted(m.module for m in optimized)
+    # Another batch and sequence length than the artifact was made at: kernels are shape-generic.
+    check = compare_outputs(outputs(applied, batch=1, seq=7), outputs(remove(load_model(models[family])), 1, 7))
+    assert check["passed"], check
+    assert compare_outputs(outputs(applied), expected_out)["passed"]
+    remove(applied)
+    assert not [n for n, m in applied.named_modules() if getattr(m, "_dyno_kernel_sha256", None)]
+
+
+def test_it_lists_unsupported_modules_as_fallbacks_with_a_reason(models):
+    artifact = optimize_model(models["llama"], batch=1, seq=8, try_compile=False, timer=scripted_timer(1.0, 0.5))
+    fallback = {m.module: m for m in artifact.modules if m.status == Status.FALLBACK}
+    assert fallback["model.layers.0.self_attn"].family == "attention_prefill"
+    assert fallback["model.layers.0.self_attn.q_proj"].family == "gemm"
+    assert all(FALLBACK in m.reason for m in fallback.values())
+
+
+@pytest.mark.parametrize("family", ["gpt2", "bert"])
+def test_it_keeps_the_baseline_for_models_without_tuned_kernels(models, family):
+    artifact = optimize_model(models[family], batch=2, seq=8, try_compile=False)
+    assert artifact.strategy == Strategy.BASELINE and artifact.kernels == {}
+    statuses = {m.status for m in artifact.modules}
+    assert Status.OPTIMIZED not in statuses
+    mlp = [m for m in artifact.modules if m.module_class in ("GPT2MLP", "BertIntermediate")]
+    assert mlp and all(m.status == Status.FALLBACK and "SiLU" in m.reason for m in mlp)
+    norms = [m for m in artifact.modules if m.family == "layernorm"]
+    assert norms and all(m.status == Status.BASELINE for m in norms)
+    model = load_model(models[family])
+    before = outputs(model)
+    assert torch.equal(outputs(optimizer.apply(model, artifact.to_dict())), before)
+
+
+def test_it_drops_a_family_whose_kernel_breaks_the_model(models, monkeypatch):
+    import optimizer.kernels.swiglu as swiglu
+
+    monkeypatch.setattr(swiglu, "swiglu_torch", lambda gate, up: gate * up)  # drops the SiLU
+    artifact = optimize_model(models["qwen2"], batch=2, seq=8, try_compile=False, timer=scripted_timer(1.0, 0.5))
+    mlp = [m for m in artifact.modules if m.family == "swiglu"]
+    assert mlp and all(m.status == Status.FALLBACK and "end-to-end check failed" in m.reason for m in mlp)
+    norms = [m for m in artifact.modules if m.family == "rmsnorm"]
+    assert norms and all(m.status == Status.OPTIMIZED for m in norms)
+    assert artifact.verification[Strategy.PATCHED]["dropped_families"] == ["swiglu"]
+
+
+def test_it_turns_a_kernel_that_fails_to_run_into_a_fallback(models, monkeypatch):
+    import optimizer.kernels.rmsnorm as rmsnorm
+
+    def broken(x, weight, eps):
+        raise RuntimeError("kernel launch failed")
+
+    monkeypatch.setattr(rmsnorm, "rmsnorm_torch", broken)
+    artifact = optimize_model(models["llama"], batch=1, seq=8, try_compile=False, timer=scripted_timer(1.0, 0.5))
+    norms = [m for m in artifact.modules if m.family == "rmsnorm"]
+    assert norms and all(m.status == Status.FALLBACK and "kernel launch failed" in m.reason for m in norms)
+
+
+def test_it_refuses_an_artifact_for_another_model_config_or_device(models):
+    artifact = optimize_model(models["llama"], batch=1, seq=8, try_compile=False, timer=scripted_timer(1.0, 0.5))
+    with pytest.raises(ArtifactMismatch, match="artifact is for"):
+        optimizer.apply(load_model(models["mamba"]), artifact)
+    other = load_model(models["llama"])
+    other.config.rms_norm_eps = 1e-3
+    with pytest.raises(ArtifactMismatch, match="config differs"):
+        optimizer.apply(other, artifact)
+    gpu = OptimizationArtifact.from_dict({**artifact.to_dict(), "device": "cuda"})
+    with pytest.raises(ArtifactMismatch, match="device"):
+        optimizer.apply(load_model(models["llama"]), gpu)
+
+
+def test_it_refuses_an_altered_kernel_source(models):
+    artifact = optimize_model(models["llama"], batch=1, seq=8, try_compile=False, timer=scripted_timer(1.0, 0.5))
+    data = artifact.to_dict()
+    sha = next(iter(data["kernels"]))
+    data["kernels"][sha] = data["kernels"][sha].replace("return", "return 0 *")
+    with pytest.raises(ArtifactMismatch, match="altered"):
+        optimizer.apply(load_model(models["llama"]), data)
+    with pytest.raises(ArtifactMismatch, match="schema"):
+        optimizer.apply(load_model(models["llama"]), {**data, "schema": "something/0"})
+
+
+def test_it_optimizes_an_unsupported_architecture_without_crashing(tmp_path):
+    import transformers
+
+    config = transformers.OPTConfig(vocab_size=128, hidden_size=32, num_hidden_layers=1, ffn_dim=64,
+                                    num_attention_heads=2, max_position_embeddings=64, word_embed_proj_dim=32)
+    model = transformers.OPTForCausalLM(config).eval()
+    artifact = optimize_model(model, batch=1, seq=8, try_compile=False)
+    assert artifact.strategy == Strategy.BASELINE
+    assert any("no module maps to a tuned kernel" in n for n in artifact.notes)
+    assert all(m.status != Status.OPTIMIZED for m in artifact.modules)
+
+
+@pytest.mark.slow
+def test_it_tries_a_whole_model_compile_and_applies_it(models):
+    artifact = optimize_model(models["gpt2"], batch=1, seq=8, try_compile=True, timer=scripted_timer(1.0, 0.5))
+    assert artifact.strategy == Strategy.COMPILE and artifact.verification[Strategy.COMPILE]["passed"]
+    model = load_model(models["gpt2"])
+    before = outputs(model, 1, 8)
+    after = outputs(optimizer.apply(model, artifact), 1, 8)
+    assert compare_outputs(after, before)["passed"]
+
+
+@pytest.mark.parametrize("family,expected", [("llama", {"rmsnorm", "swiglu"}), ("mixtral", {"rmsnorm", "moe"}),
+                                             ("mamba", {"rmsnorm", "ssm_scan"})])
+def test_it_verifies_gpu_artifacts_triton_kernels_in_the_model_under_the_interpreter(models, family, expected):
+    # The model stays on CPU: under TRITON_INTERPRET=1 the GPU plan's Triton launchers run there,
+    # which checks their wiring into real transformers modules (strided Mixtral experts included).
+    artifact = optimize_model(load_model(models[family]), batch=2, seq=9, device="cuda", try_compile=False,
+                              timer=scripted_timer(1.0, 0.5))
+    assert artifact.verification[Strategy.PATCHED]["passed"] is True
+    optimized = [m for m in artifact.modules if m.status == Status.OPTIMIZED]
+    assert {m.family for m in optimized} == expected and {m.params["variant"] for m in optimized} == {"triton"}
