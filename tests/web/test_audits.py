@@ -40,7 +40,7 @@ def test_it_refuses_an_unknown_workload(make_org):
 
 @pytest.mark.integration
 @pytest.mark.django_db(transaction=True)
-def test_it_judges_submitted_kernels_and_survives_a_hanging_one(client, make_org, make_key, start_worker):
+def test_it_judges_submitted_kernels_and_survives_a_crashing_one(client, make_org, make_key, start_worker):
     org = make_org()
     raw = make_key(org)
     auth = {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
@@ -53,21 +53,23 @@ def test_it_judges_submitted_kernels_and_survives_a_hanging_one(client, make_org
         return response.json()["id"]
 
     cheat = submit("softmax", (CHEATS / "return_input.py").read_text())
-    hang = submit("rmsnorm", (CHEATS / "hang.py").read_text())
+    # A hang ends the same way after the protocol's first-call timeout (300 s by default; the
+    # harness's own tests cover it with short timeouts); a crash shows it here without the wait.
+    crash = submit("rmsnorm", (CHEATS / "segfault.py").read_text())
     honest = submit("rmsnorm", HONEST)
 
     def finished(run_id: str) -> bool:
         return Run.objects.get(pk=run_id).finished
 
-    wait_for(lambda: all(finished(r) for r in (cheat, hang, honest)), timeout=240, interval=1, what="three audits")
+    wait_for(lambda: all(finished(r) for r in (cheat, crash, honest)), timeout=240, interval=1, what="three audits")
     runs = {name: Run.objects.get(pk=run_id) for name, run_id in
-            (("cheat", cheat), ("hang", hang), ("honest", honest))}
+            (("cheat", cheat), ("crash", crash), ("honest", honest))}
     assert all(run.status == "succeeded" for run in runs.values()), {k: v.error for k, v in runs.items()}
     assert runs["cheat"].verdict == "rejected"
     codes = {r["code"] for w in runs["cheat"].result["workloads"] for r in w["reasons"]}
     assert "integrity.output_aliases_input" in codes
-    assert runs["hang"].verdict == "error"
-    assert "sandbox.timeout" in {r["code"] for w in runs["hang"].result["workloads"] for r in w["reasons"]}
+    assert runs["crash"].verdict == "error"
+    assert "sandbox.crash" in {r["code"] for w in runs["crash"].result["workloads"] for r in w["reasons"]}
     # The worker lived on and judged the next job honestly.
     assert runs["honest"].verdict == "accepted"
     detail = client.get(f"/api/v1/audits/{honest}", **auth).json()
