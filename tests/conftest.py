@@ -78,6 +78,10 @@ class WorkerProcess:
             "DATABASE_URL": base.rsplit("/", 1)[0] + "/" + database_name,
             "DYNO_MEDIA_ROOT": str(media_root),
             "DYNO_HEARTBEAT_SECONDS": "1",
+            # Small model runs: the two heaviest workloads, a short search, one tuning cache per session.
+            "DYNO_RUN_WORKLOAD_LIMIT": "2",
+            "DYNO_TUNE_BUDGET_SECONDS": "4",
+            "DYNO_TUNING_CACHE": str(Path(os.environ.get("PYTEST_TUNING_CACHE", media_root.parent / "tuning.jsonl"))),
             "PYTHONUNBUFFERED": "1",
             **(extra_env or {}),
         })
@@ -116,6 +120,15 @@ class WorkerProcess:
                 self.proc.wait(timeout=15)
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 self.kill()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tuning_cache(tmp_path_factory):
+    """One tuning cache for every worker of the session: later runs of the same shapes hit it."""
+    path = tmp_path_factory.mktemp("tuning") / "tuning.jsonl"
+    os.environ["PYTEST_TUNING_CACHE"] = str(path)
+    yield path
+    os.environ.pop("PYTEST_TUNING_CACHE", None)
 
 
 @pytest.fixture

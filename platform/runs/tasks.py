@@ -78,11 +78,15 @@ def check_fingerprint(worker: str, device: str) -> None:
 
 def _execute_model(run: Run, device: str, progress) -> dict:
     from catalog.services import version_path
-    from runners.profile import profile_model
+    from runners.pipeline import run_model_pipeline
 
-    inventory = profile_model(version_path(run.model_version), batch=run.batch, seq=run.seq, device=device,
-                              progress=lambda f, m: progress(0.95 * f, m, Stage.PROFILE))
-    return {"inventory": inventory}
+    outcome = run_model_pipeline(version_path(run.model_version), batch=run.batch, seq=run.seq,
+                                 profile=run.profile, device=device, progress=progress,
+                                 tuning_cache=Path(settings.DYNO_TUNING_CACHE),
+                                 workload_limit=settings.DYNO_RUN_WORKLOAD_LIMIT,
+                                 tune_budget_s=settings.DYNO_TUNE_BUDGET_SECONDS)
+    run_log(run.pk, "stage seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in outcome.seconds.items()))
+    return {"inventory": outcome.inventory, "result": outcome.result, "artifact": outcome.artifact}
 
 
 def _execute_audit(run: Run, device: str, progress) -> dict:

@@ -19,7 +19,7 @@ def version(make_org, sample_models, media_root):
     return upload_version(org=org, folder=sample_models["llama"]), Actor(roles={org.pk: "owner"})
 
 
-def test_it_runs_a_profiling_run_through_the_broker(start_worker, version):
+def test_it_runs_a_model_through_every_stage(start_worker, version):
     version, actor = version
     worker = start_worker()
     runner = Runner.objects.get(hostname=worker.name)
@@ -32,7 +32,15 @@ def test_it_runs_a_profiling_run_through_the_broker(start_worker, version):
     families = {w["family"] for w in run.inventory["workloads"]}
     assert {"gemm", "rmsnorm", "attention_prefill"} <= families
     assert run.inventory["eager_latency_s"]["median"] > 0
-    assert run.events.filter(message="succeeded").exists()
+    stages = list(run.events.exclude(stage="").values_list("stage", flat=True).distinct())
+    assert [s for s in ("profile", "optimize", "audit", "store", "done") if s in stages] == \
+        ["profile", "optimize", "audit", "store", "done"]
+    # Results: one row per audited workload plus the model, the raw result, the artifact.
+    rows = list(run.workload_results.all())
+    assert sum(r.is_model for r in rows) == 1 and len(rows) == 3  # DYNO_RUN_WORKLOAD_LIMIT=2 in tests
+    assert run.result["schema"] == "dyno.suite-result/1" and run.model_ci_low <= run.model_speedup <= run.model_ci_high
+    assert run.artifact["schema"] == "dyno.optimization-artifact/1" and len(run.artifact_sha256) == 64
+    assert {r.verdict for r in rows} <= {"accepted", "rejected", "error"}
 
 
 def test_it_never_leaves_a_killed_workers_run_running(start_worker, version):

@@ -1,0 +1,11 @@
+"""Never finishes importing."""
+# workload: rmsnorm
+# verdict: error
+# expect: sandbox.timeout
+import time
+
+time.sleep(3600)
+
+
+def kernel(x, weight):
+    return x

@@ -1,0 +1,8 @@
+"""Returns its input unchanged: no work at all."""
+# workload: softmax
+# verdict: rejected
+# expect: integrity.output_aliases_input, correctness.mismatch
+
+
+def kernel(x):
+    return x

@@ -1,0 +1,104 @@
+"""Adversarial candidates get the right verdict and reason code; honest ones are accepted.
+
+Every file in tests/runners/cheats/ (except probe_*) declares its workload, verdict and expected
+codes in its header; one sandbox session serves all of them so the whole file stays fast.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from runners import measure
+from runners.evaluate import AuditSession, audit_candidate
+from runners.sandbox import SandboxConfig
+
+HERE = Path(__file__).resolve().parent
+CHEATS = sorted(p for p in (HERE / "cheats").glob("*.py") if not p.name.startswith(("probe_", "sabotage_")))
+# Short timeouts so the hanging cheats end quickly; cheats need no compile time.
+FAST = replace(measure.protocol_for("cpu-ci"), load_timeout_s=4.0, first_call_timeout_s=3.0, call_timeout_floor_s=3.0)
+
+
+def _header(path: Path) -> dict[str, str]:
+    fields = dict(re.findall(r"^# ([a-z-]+): (.+)$", path.read_text(), flags=re.MULTILINE))
+    assert {"workload", "verdict"} <= fields.keys(), f"{path.name} lacks its test header"
+    return fields
+
+
+@pytest.fixture(scope="module")
+def session():
+    # A 3 GiB address-space limit makes the memory blow-up end in a second instead of at 8 GiB.
+    with AuditSession(device="cpu", config=SandboxConfig(device="cpu", memory_bytes=3 << 30, threads=1)) as shared:
+        yield shared
+
+
+def _codes(document: dict) -> set[str]:
+    return {reason["code"] for workload in document["workloads"] for reason in workload["reasons"]}
+
+
+@pytest.mark.parametrize("path", CHEATS, ids=lambda p: p.stem)
+def test_it_rejects_each_cheat_with_its_reason_code(session, path):
+    header = _header(path)
+    document = audit_candidate(header["workload"], path.read_text(), profile="cpu-ci", seed=7, protocol=FAST, session=session)
+    codes = _codes(document)
+    assert document["verdict"] == header["verdict"], (document["verdict"], document["workloads"][0]["reasons"])
+    expected_all = {c.strip() for c in header.get("expect", "").split(",") if c.strip()}
+    assert expected_all <= codes, f"missing {expected_all - codes}; got {document['workloads'][0]['reasons']}"
+    expected_any = {c.strip() for c in header.get("expect-any", "").split("|") if c.strip()}
+    if expected_any:
+        assert expected_any & codes, f"none of {expected_any}; got {document['workloads'][0]['reasons']}"
+    for workload in document["workloads"]:
+        assert workload["speedup"] is None and workload["ci95"] is None  # never a speedup without correctness
+        assert workload["billable"] is False
+
+
+@pytest.mark.parametrize(
+    "filename, workload",
+    [
+        ("rmsnorm_alternative.py", "rmsnorm"),
+        ("softmax_alternative.py", "softmax"),
+        ("gemm_einsum.py", "gemm"),
+        ("attention_prefill_manual.py", "attention_prefill"),
+        ("moe_dense.py", "moe"),
+        ("ssm_scan_logspace.py", "ssm_scan"),
+    ],
+)
+def test_it_accepts_honest_alternative_formulations(session, filename, workload):
+    document = audit_candidate(workload, (HERE / "honest" / filename).read_text(), profile="cpu-ci", seed=11, session=session)
+    entry = document["workloads"][0]
+    assert document["verdict"] == "accepted", entry["reasons"]
+    assert entry["correctness"]["passed"] is True
+    assert all(value is True for value in entry["correctness"]["checks"].values()), entry["correctness"]["checks"]
+    assert entry["speedup"] > 0 and entry["ci95"][0] <= entry["speedup"] <= entry["ci95"][1]
+
+
+@pytest.mark.slow  # Inductor compiles C++ on the first call: ~20 s on two cores
+def test_it_accepts_a_torch_compiled_candidate(session):
+    source = (HERE / "honest" / "rmsnorm_compiled.py").read_text()
+    document = audit_candidate("rmsnorm", source, profile="cpu-ci", seed=12, session=session)
+    assert document["verdict"] == "accepted", document["workloads"][0]["reasons"]
+
+
+def test_it_accepts_the_baseline_itself_with_a_speedup_near_one(session):
+    from runners import suite
+
+    spec = suite.find_spec("cpu-ci", "gemm")[0]
+    document = audit_candidate("gemm", suite.baseline_source(spec), profile="cpu-ci", seed=13, session=session)
+    entry = document["workloads"][0]
+    assert document["verdict"] == "accepted", entry["reasons"]
+    # The same code on both sides: the interval must straddle or sit next to 1 (loose: shared CI box).
+    assert entry["ci95"][0] < 1.25 and entry["ci95"][1] > 0.8
+
+
+def test_it_keeps_the_baseline_out_of_reach_of_a_sabotaging_candidate(session):
+    # The candidate makes F.rms_norm sleep 50 ms in its own process. Were the baseline timed there,
+    # its median would exceed 50 ms; a separate trusted worker keeps it at microseconds.
+    source = (HERE / "cheats" / "sabotage_baseline.py").read_text()
+    document = audit_candidate("rmsnorm", source, profile="cpu-ci", seed=14, protocol=FAST, session=session)
+    entry = document["workloads"][0]
+    assert document["verdict"] == "accepted", entry["reasons"]
+    assert entry["baseline"]["median_s"] < 0.01
+    assert entry["speedup"] < 3.0
