@@ -1,0 +1,129 @@
+"""Command line: `python -m runners audit|suite` print a table and write dyno.suite-result/1 JSON.
+
+Exit codes: 0 accepted (suite: nothing rejected or errored), 1 rejected or errored (JSON still
+written), 2 the audit could not run (bad arguments, unknown workload; message on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+EXIT_ACCEPTED, EXIT_REJECTED, EXIT_CANNOT_RUN = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2 too; keep the message readable
+        self.print_usage(sys.stderr)
+        raise SystemExit(_fail(f"{message} (see --help)"))
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_CANNOT_RUN
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m runners", description="Dyno's audited benchmark harness (suite v1).")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def common(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--profile", required=True, help="cpu-ci, cpu or gpu")
+        sub.add_argument("--json", required=True, type=Path, help="where to write the result JSON")
+        sub.add_argument("--device", default=None, help="cpu or cuda[:N]; default: the profile's device")
+        sub.add_argument("--seed", type=int, default=None, help="fix the input seeds (default: fresh random)")
+        sub.add_argument(
+            "--reference-points", default="", help="comma-separated reference points to time beside the baseline (torch-compile)"
+        )
+        sub.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+    audit = commands.add_parser("audit", help="audit one candidate module for one workload")
+    audit.add_argument("--workload", required=True)
+    audit.add_argument("--candidate", required=True, type=Path, help="a Python file defining kernel(*inputs)")
+    common(audit)
+    suite_cmd = commands.add_parser("suite", help="baseline vs candidate for every workload of a profile")
+    suite_cmd.add_argument("--workloads", default="", help="comma-separated subset (default: all)")
+    suite_cmd.add_argument("--candidates", type=Path, default=None, help="directory holding NAME.py per workload")
+    common(suite_cmd)
+    return parser
+
+
+def _progress(quiet: bool) -> Any:
+    if quiet:
+        return None
+
+    def report(fraction: float, message: str) -> None:
+        print(f"[{fraction:6.1%}] {message}", file=sys.stderr, flush=True)
+
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    from runners import suite
+    from runners.evaluate import HarnessError, audit_candidate, run_suite
+    from runners.result import render_table
+
+    if args.profile not in suite.profile_names():
+        return _fail(f"unknown profile {args.profile!r}; use one of {', '.join(suite.profile_names())}")
+    points = [p for p in args.reference_points.split(",") if p]
+    try:
+        if args.command == "audit":
+            if args.workload not in suite.workload_names():
+                return _fail(f"unknown workload {args.workload!r}; use one of {', '.join(suite.workload_names())}")
+            try:
+                source = args.candidate.read_text()
+            except OSError as exc:
+                return _fail(f"cannot read candidate {args.candidate}: {exc.strerror}")
+            document = audit_candidate(
+                args.workload,
+                source,
+                profile=args.profile,
+                device=args.device,
+                seed=args.seed,
+                progress=_progress(args.quiet),
+                reference_points=points,
+                label=args.candidate.name,
+            )
+            ok = document["verdict"] == "accepted"
+        else:
+            names = [n for n in args.workloads.split(",") if n]
+            unknown = [n for n in names if n not in suite.workload_names()]
+            if unknown:
+                return _fail(f"unknown workload(s) {', '.join(unknown)}; use {', '.join(suite.workload_names())}")
+            sources = None
+            if args.candidates is not None:
+                if not args.candidates.is_dir():
+                    return _fail(f"--candidates {args.candidates} is not a directory")
+                sources = {
+                    name: (args.candidates / f"{name}.py").read_text()
+                    for name in (names or suite.workload_names())
+                    if (args.candidates / f"{name}.py").is_file()
+                }
+            document = run_suite(
+                args.profile,
+                workloads=names or None,
+                candidate_sources=sources,
+                device=args.device,
+                seed=args.seed,
+                progress=_progress(args.quiet),
+                reference_points=points,
+            )
+            ok = document["summary"]["rejected"] == 0 and document["summary"]["errors"] == 0
+    except (HarnessError, ValueError) as exc:
+        return _fail(str(exc))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(document, indent=2) + "\n")
+    print(render_table(document))
+    print(f"\nwrote {args.json}")
+    return EXIT_ACCEPTED if ok else EXIT_REJECTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

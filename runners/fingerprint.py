@@ -1,0 +1,107 @@
+"""Environment fingerprint: what machine and software a result was measured on.
+
+Every probe is best effort: a field that cannot be read is None, never a guess.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from typing import Any
+
+_NVIDIA_FIELDS = (
+    "name",
+    "driver_version",
+    "persistence_mode",
+    "clocks.sm",
+    "clocks.mem",
+    "clocks.max.sm",
+    "clocks.max.mem",
+    "power.draw",
+    "power.limit",
+    "temperature.gpu",
+    "pstate",
+)
+
+
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _nvidia_smi() -> dict[str, Any] | None:
+    binary = shutil.which("nvidia-smi")
+    if binary is None:
+        return None
+    try:
+        output = subprocess.run(
+            [binary, f"--query-gpu={','.join(_NVIDIA_FIELDS)}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    rows = [dict(zip(_NVIDIA_FIELDS, (v.strip() for v in line.split(",")))) for line in output.splitlines() if line.strip()]
+    return {"gpus": rows} if rows else None
+
+
+def environment_fingerprint(device: str = "cpu", *, threads: int | None = None) -> dict[str, Any]:
+    """Device, driver, CUDA, torch, triton, Python, CPU, threads, host and load at measurement time.
+
+    `threads` is the intra-op thread count measurements ran with (default: this process's).
+    """
+    import torch
+
+    try:
+        import triton
+
+        triton_version: str | None = triton.__version__
+    except ImportError:
+        triton_version = None
+    info: dict[str, Any] = {
+        "device": "cpu",
+        "device_name": "cpu",
+        "driver": None,
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)),
+        "threads": threads if threads is not None else torch.get_num_threads(),
+        "hostname": socket.gethostname(),
+        "load_average": list(os.getloadavg()),
+        "gpu": None,
+    }
+    if device.startswith("cuda"):
+        index = torch.device(device).index or 0
+        properties = torch.cuda.get_device_properties(index)
+        smi = _nvidia_smi()
+        info.update(
+            device=device,
+            device_name=properties.name,
+            gpu={
+                "name": properties.name,
+                "memory_bytes": properties.total_memory,
+                "multiprocessors": properties.multi_processor_count,
+                "capability": f"{properties.major}.{properties.minor}",
+                "nvidia_smi": smi,
+            },
+        )
+        if smi and smi["gpus"]:
+            info["driver"] = smi["gpus"][min(index, len(smi["gpus"]) - 1)].get("driver_version")
+    return info
