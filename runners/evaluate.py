@@ -609,34 +609,51 @@ def _judge_timing(
                         )
                     ]
                 )
-    # Background work: CPU between windows (idle and preparing inputs), round by round, against
-    # the trusted workers' in the same round. Preparing costs every worker the same generation
-    # work, so its noise widens the interval rather than moving it.
-    outside_c = ledger.per_round(candidate.worker, "idle", "prepare")
-    outside_t = [ledger.per_round(slot.worker, "idle", "prepare") for slot in trusted]
+    # Background work, round by round against the trusted workers of the same round: CPU while
+    # the worker should be idle (a thread or process working between calls), and CPU while it
+    # prepares inputs (work hidden there). Identical processes differ by up to ~30% in speed on
+    # a shared VM, so preparing, which costs every worker the same generation work, is compared
+    # as a ratio with generous slack; idle time, near zero for honest workers, tightly.
+    idle_c = ledger.per_round(candidate.worker, "idle")
+    prep_c = ledger.per_round(candidate.worker, "prepare")
+    idle_t = [ledger.per_round(slot.worker, "idle") for slot in trusted]
+    prep_t = [ledger.per_round(slot.worker, "prepare") for slot in trusted]
     window_c = ledger.per_round(candidate.worker, "window")
-    if outside_c and all(len(t) == len(outside_c) for t in outside_t):
-        extra = [c - sum(t[i] for t in outside_t) / len(outside_t) for i, c in enumerate(outside_c)]
-        prepare_t = stats.median([sum(v) / len(v) for v in zip(*(ledger.per_round(s.worker, "prepare") for s in trusted))])
-        allowed = (
-            protocol.background_cpu_abs_s
-            + protocol.background_cpu_rel * stats.median(window_c)
-            + protocol.background_cpu_rel * prepare_t
+    if idle_c and all(len(t) == len(idle_c) for t in idle_t + prep_t) and len(prep_c) == len(idle_c):
+        mean_idle_t = [sum(v) / len(v) for v in zip(*idle_t)]
+        mean_prep_t = [sum(v) / len(v) for v in zip(*prep_t)]
+        idle_extra = stats.median_ci(
+            [c - t for c, t in zip(idle_c, mean_idle_t)], seed=suite.derive_seed(seed, "idle") & 0xFFFFFFFF, **bootstrap
         )
-        extra_est = stats.median_ci(extra, seed=suite.derive_seed(seed, "background") & 0xFFFFFFFF, **bootstrap)
+        prep_ratio = stats.median_ci(
+            [c / max(t, 1e-6) for c, t in zip(prep_c, mean_prep_t)], seed=suite.derive_seed(seed, "prep") & 0xFFFFFFFF, **bootstrap
+        )
+        idle_allowed = protocol.background_cpu_abs_s + protocol.background_cpu_rel * stats.median(window_c)
+        prep_extra = stats.median([c - t for c, t in zip(prep_c, mean_prep_t)])
         summary["background_cpu_s"] = {
-            "candidate_per_round": stats.median(outside_c),
-            "trusted_per_round": stats.median([sum(v) / len(v) for v in zip(*outside_t)]),
-            "extra": [extra_est.point, extra_est.low, extra_est.high],
-            "allowed_extra": allowed,
+            "idle_candidate_per_round": stats.median(idle_c),
+            "idle_trusted_per_round": stats.median(mean_idle_t),
+            "idle_extra": [idle_extra.point, idle_extra.low, idle_extra.high],
+            "idle_allowed_extra": idle_allowed,
+            "prepare_ratio": [prep_ratio.point, prep_ratio.low, prep_ratio.high],
         }
-        if extra_est.low > allowed:
+        if idle_extra.low > idle_allowed:
             outcome.fail(
                 [
                     Reason(
                         "integrity.background_cpu",
-                        f"the candidate used {extra_est.point * 1e3:.1f} ms more CPU per round outside its timed windows "
-                        f"than the trusted workers ({stats.median(outside_c) * 1e3:.1f} ms per round)",
+                        f"the candidate used {idle_extra.point * 1e3:.1f} ms more CPU per round than trusted workers while "
+                        "it should have been idle (work between its timed windows)",
+                    )
+                ]
+            )
+        elif prep_ratio.low > 1.0 + protocol.prepare_cpu_slack and prep_extra > protocol.background_cpu_abs_s:
+            outcome.fail(
+                [
+                    Reason(
+                        "integrity.background_cpu",
+                        f"preparing inputs cost the candidate {prep_ratio.point:.2f}x the CPU it cost trusted workers "
+                        "(work hidden before its timed windows)",
                     )
                 ]
             )
@@ -661,8 +678,15 @@ def _entry(outcome: _Outcome, *, source: str, impl: str, protocol: Protocol, see
     fin = result.finite_or_none
     base_median = stats.median(outcome.baseline) if outcome.baseline else None
     cand_median = stats.median(outcome.candidate) if outcome.candidate else None
-    speed = _interval(outcome.baseline, outcome.candidate, protocol, suite.derive_seed(seed, spec.key, "bootstrap"))
+    rounds_ci = _interval(outcome.baseline, outcome.candidate, protocol, suite.derive_seed(seed, spec.key, "bootstrap"))
     aa = _interval(outcome.baseline, outcome.baseline_aa, protocol, suite.derive_seed(seed, spec.key, "bootstrap-aa"))
+    # The bootstrap over rounds cannot see what differs between processes (on a shared VM, two
+    # identical baseline workers run memory-bound ops up to ~30% apart for a whole audit); the
+    # A/A control measures exactly that, so the reported interval is widened by its deviation.
+    process_factor = max(1.0, aa.high, 1.0 / aa.low) if aa else 1.0
+    speed = (
+        stats.Estimate(rounds_ci.point, rounds_ci.low / process_factor, rounds_ci.high * process_factor) if rounds_ci else None
+    )
     if outcome.verdict == "accepted" and cand_median is not None and peaks is not None:
         floor = measure.roofline(spec, cand_median, peaks)["floor_s"]
         if floor is not None and cand_median < floor:
@@ -692,17 +716,14 @@ def _entry(outcome: _Outcome, *, source: str, impl: str, protocol: Protocol, see
         },
         "speedup": fin(speed.point) if accepted and speed else None,
         "ci95": [speed.low, speed.high] if accepted and speed else None,
+        "ci95_rounds": [rounds_ci.low, rounds_ci.high] if accepted and rounds_ci else None,
         "aa": {
             "speedup": fin(aa.point) if aa else None,
             "ci95": [aa.low, aa.high] if aa else None,
             "stable": aa.within(protocol.aa_tolerance) if aa else None,
         },
         "billable": bool(accepted and aa and aa.within(protocol.aa_tolerance)),
-        # The CI's lower bound, deflated by how much faster the baseline's own twin looked (the
-        # A/A interval's upper end): a process-level bias the A/A tolerated is not billed.
-        "billable_speedup": (
-            fin(speed.low / max(1.0, aa.high)) if accepted and speed and aa and aa.within(protocol.aa_tolerance) else None
-        ),
+        "billable_speedup": fin(speed.low) if accepted and speed and aa and aa.within(protocol.aa_tolerance) else None,
         "correctness": {
             "passed": outcome.verdict != "error" and not any(r.code.startswith("correctness.") for r in outcome.reasons),
             "max_abs_err": fin(outcome.max_abs_err),

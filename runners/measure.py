@@ -49,8 +49,9 @@ class Protocol:
     clock_slack_rel: float
     cpu_slack_abs_s: float  # CPU in a window beyond what the reported interval and harness allow
     cpu_slack_rel: float
-    background_cpu_abs_s: float  # CPU per round outside timed windows beyond trusted workers
+    background_cpu_abs_s: float  # CPU per round while idle beyond trusted workers
     background_cpu_rel: float
+    prepare_cpu_slack: float  # preparing inputs may cost the candidate this much more (ratio - 1)
     settle_max_s: float  # wait at most this long for every process to go idle before a window
     load_timeout_s: float
     first_call_timeout_s: float  # the first calls may compile (torch.compile, Triton)
@@ -94,6 +95,7 @@ _CPU_CI = Protocol(
     cpu_slack_rel=0.15,
     background_cpu_abs_s=0.005,
     background_cpu_rel=0.10,
+    prepare_cpu_slack=0.5,
     settle_max_s=0.03,
     load_timeout_s=60.0,
     first_call_timeout_s=300.0,

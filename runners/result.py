@@ -19,14 +19,15 @@ SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "suite-result-1.json
 TOLERANCE_RULE = "|out - ref| <= atol * rms_row(ref) + rtol * |ref| + tiny(dtype), elementwise, ref in float64"
 SPEEDUP_STATISTIC = (
     "median over measured rounds of baseline_time / candidate_time, both timed in the same round in "
-    "random order; 95% CI by paired percentile bootstrap over rounds"
+    "random order; ci95_rounds = paired percentile bootstrap over rounds; ci95 = ci95_rounds widened by "
+    "the A/A control's deviation from 1 (max(aa_high, 1/aa_low)), which covers differences between processes"
 )
 VERDICT_RULE = (
     "accepted = correct on every check and every integrity/timing check passed, whatever the speed "
     "(a slower correct candidate is accepted with speedup < 1); rejected = any check failed; "
     "error = the candidate crashed, hung, ran out of memory or failed to import. Speedup and CI are "
     "reported only for accepted workloads. billable = accepted and the A/A control stable; "
-    "billable_speedup = CI lower bound / max(1, A/A CI upper bound), the figure billing should use."
+    "billable_speedup = the ci95 lower bound when billable, the figure billing should use."
 )
 
 

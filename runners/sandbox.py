@@ -619,8 +619,10 @@ class Sandbox:
         if self._zygote is not None:
             return
         plan = self._plan()
-        self._root = tempfile.mkdtemp(prefix="dyno-sandbox-")
+        _remove_stale_roots()
+        self._root = tempfile.mkdtemp(prefix=_ROOT_PREFIX)
         os.chmod(self._root, 0o711)  # workers of another uid must reach their own subdirectory
+        Path(self._root, "owner.pid").write_text(str(os.getpid()))
         parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         config = {
             "device": self.config.device,
@@ -732,6 +734,21 @@ class Sandbox:
             self._finalizer()
             self._finalizer = None
         self._zygote = None
+
+
+_ROOT_PREFIX = "dyno-sandbox-"
+
+
+def _remove_stale_roots() -> None:
+    """Scratch roots whose owning process died without closing its sandbox (killed, OOM)."""
+    base = Path(tempfile.gettempdir())
+    for root in base.glob(_ROOT_PREFIX + "*"):
+        try:
+            owner = int(Path(root, "owner.pid").read_text())
+        except (OSError, ValueError):
+            continue  # not ours to judge (no owner recorded)
+        if owner != os.getpid() and not Path(f"/proc/{owner}").exists():
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def _cleanup(zygote: subprocess.Popen[bytes], root: str) -> None:
