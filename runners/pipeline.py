@@ -52,11 +52,6 @@ class PipelineOutcome:
     seconds: dict[str, float]
 
 
-def workload_key(spec: WorkloadSpec) -> str:
-    shape = ",".join(f"{k}={v}" for k, v in spec.shape.items())
-    return f"{spec.name}[{shape}]{spec.dtype}"
-
-
 def plan_workloads(inventory: dict[str, Any], *, profile: str, limit: int) -> tuple[list[PlannedWorkload], list[Unsupported]]:
     """Turn inventory entries into suite specs; the `limit` heaviest are audited, the rest count as 1x."""
     names = set(suite.workload_names())
@@ -81,7 +76,7 @@ def plan_workloads(inventory: dict[str, Any], *, profile: str, limit: int) -> tu
             unsupported.append(Unsupported(family, shape, eager, reason))
             continue
         spec = dataclasses.replace(template, shape={k: int(shape[k]) for k in template.shape}, dtype=entry["dtype"])
-        key = workload_key(spec)
+        key = spec.key
         if key in planned:  # the same shape seen from two call sites
             old = planned[key]
             planned[key] = dataclasses.replace(old, count=old.count + int(entry.get("count", 1)),

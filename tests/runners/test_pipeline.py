@@ -2,7 +2,7 @@
 
 import pytest
 
-from runners.pipeline import PlannedWorkload, model_figure, plan_workloads, workload_key
+from runners.pipeline import PlannedWorkload, model_figure, plan_workloads
 from runners.suite import find_spec
 
 
@@ -47,7 +47,7 @@ def test_it_audits_only_the_heaviest_workloads():
 
 def _planned(name: str, seconds: float) -> PlannedWorkload:
     spec = find_spec("cpu-ci", name)[0]
-    return PlannedWorkload(workload_key(spec), spec, 1, seconds)
+    return PlannedWorkload(spec.key, spec, 1, seconds)
 
 
 def test_it_weights_the_model_figure_by_eager_time():
