@@ -1,5 +1,8 @@
 """Command line: `python -m runners audit|suite` print a table and write dyno.suite-result/1 JSON.
 
+`suite --optimized` first tunes every workload with Dyno's optimizer (tuning cache first), then
+audits what it chose exactly as it audits a `--candidates` directory.
+
 Exit codes: 0 accepted (suite: nothing rejected or errored), 1 rejected or errored (JSON still
 written), 2 the audit could not run (bad arguments, unknown workload; message on stderr).
 """
@@ -8,11 +11,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
 EXIT_ACCEPTED, EXIT_REJECTED, EXIT_CANNOT_RUN = 0, 1, 2
+# Relative to the current directory: the platform's own default when run from the repository root.
+DEFAULT_TUNING_CACHE = "var/tuning-cache.jsonl"
+DEFAULT_TUNE_BUDGET_S = 20.0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -36,7 +43,10 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--device", default=None, help="cpu or cuda[:N]; default: the profile's device")
         sub.add_argument("--seed", type=int, default=None, help="fix the input seeds (default: fresh random)")
         sub.add_argument(
-            "--reference-points", default="", help="comma-separated reference points to time beside the baseline (torch-compile)"
+            "--reference-points",
+            default=None,
+            help="comma-separated reference points to time beside the baseline (torch-compile); "
+            "default: none, or torch-compile with --optimized",
         )
         sub.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
@@ -46,9 +56,37 @@ def _parser() -> argparse.ArgumentParser:
     common(audit)
     suite_cmd = commands.add_parser("suite", help="baseline vs candidate for every workload of a profile")
     suite_cmd.add_argument("--workloads", default="", help="comma-separated subset (default: all)")
-    suite_cmd.add_argument("--candidates", type=Path, default=None, help="directory holding NAME.py per workload")
+    chosen_by = suite_cmd.add_mutually_exclusive_group()
+    chosen_by.add_argument("--candidates", type=Path, default=None, help="directory holding NAME.py per workload")
+    chosen_by.add_argument(
+        "--optimized", action="store_true", help="tune each workload with Dyno's optimizer (tuning cache first), then audit its picks"
+    )
+    suite_cmd.add_argument(
+        "--tuning-cache",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help=f"with --optimized: the JSON-lines tuning cache (default: $DYNO_TUNING_CACHE or {DEFAULT_TUNING_CACHE})",
+    )
+    suite_cmd.add_argument(
+        "--tune-budget",
+        type=_positive_seconds,
+        default=None,
+        metavar="SECONDS",
+        help=f"with --optimized: search time per workload on a cache miss (default: $DYNO_TUNE_BUDGET_SECONDS or {DEFAULT_TUNE_BUDGET_S:g})",
+    )
     common(suite_cmd)
     return parser
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the budget must be a positive number of seconds")
+    return value
 
 
 def _progress(quiet: bool) -> Any:
@@ -72,6 +110,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.profile not in suite.profile_names():
         return _fail(f"unknown profile {args.profile!r}; use one of {', '.join(suite.profile_names())}")
+    optimized = getattr(args, "optimized", False)
+    if optimized:
+        cache_path = args.tuning_cache or Path(os.environ.get("DYNO_TUNING_CACHE") or DEFAULT_TUNING_CACHE)
+        try:
+            budget_s = args.tune_budget or _positive_seconds(os.environ.get("DYNO_TUNE_BUDGET_SECONDS") or str(DEFAULT_TUNE_BUDGET_S))
+        except argparse.ArgumentTypeError as exc:
+            return _fail(f"DYNO_TUNE_BUDGET_SECONDS {exc}")
+    elif getattr(args, "tuning_cache", None) or getattr(args, "tune_budget", None):
+        return _fail("--tuning-cache and --tune-budget only apply with --optimized")
+    if args.reference_points is None:  # an optimized run is judged against what torch.compile gives for free
+        args.reference_points = "torch-compile" if optimized else ""
     points = [p for p in args.reference_points.split(",") if p]
     try:
         if args.command == "audit":
@@ -97,24 +146,38 @@ def main(argv: Sequence[str] | None = None) -> int:
             unknown = [n for n in names if n not in suite.workload_names()]
             if unknown:
                 return _fail(f"unknown workload(s) {', '.join(unknown)}; use {', '.join(suite.workload_names())}")
-            sources = None
-            if args.candidates is not None:
-                if not args.candidates.is_dir():
-                    return _fail(f"--candidates {args.candidates} is not a directory")
-                sources = {
-                    name: (args.candidates / f"{name}.py").read_text()
-                    for name in (names or suite.workload_names())
-                    if (args.candidates / f"{name}.py").is_file()
-                }
-            document = run_suite(
-                args.profile,
-                workloads=names or None,
-                candidate_sources=sources,
-                device=args.device,
-                seed=args.seed,
-                progress=_progress(args.quiet),
-                reference_points=points,
-            )
+            if optimized:
+                from runners.optimized import run_optimized_suite
+
+                document = run_optimized_suite(
+                    args.profile,
+                    workloads=names or None,
+                    device=args.device,
+                    cache_path=cache_path,
+                    budget_s=budget_s,
+                    seed=args.seed,
+                    reference_points=points,
+                    progress=_progress(args.quiet),
+                )
+            else:
+                sources = None
+                if args.candidates is not None:
+                    if not args.candidates.is_dir():
+                        return _fail(f"--candidates {args.candidates} is not a directory")
+                    sources = {
+                        name: (args.candidates / f"{name}.py").read_text()
+                        for name in (names or suite.workload_names())
+                        if (args.candidates / f"{name}.py").is_file()
+                    }
+                document = run_suite(
+                    args.profile,
+                    workloads=names or None,
+                    candidate_sources=sources,
+                    device=args.device,
+                    seed=args.seed,
+                    progress=_progress(args.quiet),
+                    reference_points=points,
+                )
             ok = document["summary"]["rejected"] == 0 and document["summary"]["errors"] == 0
     except (HarnessError, ValueError) as exc:
         return _fail(str(exc))

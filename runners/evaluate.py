@@ -50,6 +50,7 @@ _CHECK_OF_CODE: dict[str, str] = {
     "integrity.background_cpu": "no_background_cpu",
     "integrity.commitment_mismatch": "outputs_committed",
     "integrity.stray_process": "no_stray_processes",
+    "integrity.cpus_widened": "pinned_cpus",
     "timing.clock_mismatch": "clock_consistent",
     "timing.caching_suspected": "no_caching",
     "timing.below_physical_floor": "above_physical_floor",
@@ -58,7 +59,7 @@ _CHECK_PHASE_CHECKS = (
     "reference_match", "finite", "not_all_zero", "output_type", "output_shape", "output_dtype",
     "output_device", "deterministic", "inputs_unchanged", "no_aliasing", "no_threads_left",
 )
-_TIMING_CHECKS = ("timed_outputs", "outputs_committed", "clock_consistent", "no_background_cpu", "above_physical_floor")
+_TIMING_CHECKS = ("timed_outputs", "outputs_committed", "clock_consistent", "no_background_cpu", "above_physical_floor", "pinned_cpus")
 
 
 class HarnessError(RuntimeError):
@@ -171,7 +172,9 @@ class _Outcome:
                 self.checks[name] = True
 
     def errored(self, exc: SandboxError) -> None:
-        self.verdict = "error"
+        # A worker that refused the candidate for what it did (integrity.*) judged it; any other
+        # failure means it could not be judged.
+        self.verdict = "rejected" if exc.code.startswith("integrity.") else "error"
         hint = _log_hint(exc.detail)
         message = f"{exc.message} | {hint}" if hint else exc.message
         self.fail([Reason(exc.code if exc.code in verify.REASON_CODES else "sandbox.protocol", message)])
@@ -256,6 +259,12 @@ def _judge_check(
     return judgement
 
 
+def _discounts(protocol: Protocol, worker: Worker, device: str) -> bool:
+    """Preemption is discounted on CPU when each worker computes on one thread: that thread's
+    run-queue wait is then exactly the time other processes took from the sample."""
+    return protocol.discount_preemption and device == "cpu" and worker.sandbox.config.threads == 1
+
+
 def _run_timeout(protocol: Protocol, per_call_s: float, calls: int) -> float:
     return max(protocol.call_timeout_floor_s, protocol.call_timeout_factor * per_call_s * calls)
 
@@ -267,10 +276,10 @@ def _calibrate(worker: Worker, spec: WorkloadSpec, protocol: Protocol, *, seed: 
     rng = np.random.default_rng(suite.derive_seed(seed, spec.key, "calibrate-offsets"))
     worker.call("prepare", timeout=protocol.call_timeout_floor_s * 4, rows=list(plan.rows), seed=suite.derive_seed(seed, spec.key, "calibrate"), commit_seed=0)
     timeout = protocol.call_timeout_floor_s * 4
-    measure.timed_run(worker, plan.offsets(rng, 1), device=device, timeout=timeout)
-    single = measure.timed_run(worker, plan.offsets(rng, 1), device=device, timeout=timeout).per_call_s
+    measure.timed_run(worker, plan.offsets(rng, 1), device=device, timeout=timeout, discount_preemption=_discounts(protocol, worker, device))
+    single = measure.timed_run(worker, plan.offsets(rng, 1), device=device, timeout=timeout, discount_preemption=_discounts(protocol, worker, device)).per_call_s
     calls = max(1, min(probe_calls, math.ceil(protocol.target_sample_s / single)))
-    per_call = measure.timed_run(worker, plan.offsets(rng, calls), device=device, timeout=timeout).per_call_s
+    per_call = measure.timed_run(worker, plan.offsets(rng, calls), device=device, timeout=timeout, discount_preemption=_discounts(protocol, worker, device)).per_call_s
     worker.call("release", timeout=timeout)
     return max(1, min(protocol.max_calls, math.ceil(protocol.target_sample_s / per_call))), per_call
 
@@ -365,8 +374,12 @@ def _audit_spec(
                     slot = slots[int(position)]
                     measure.settle(everyone, max_wait_s=protocol.settle_max_s)
                     ledger.enter(slot.worker, "window")
-                    records[slot.label] = measure.timed_run(slot.worker, offsets, device=device, timeout=timeout)
+                    records[slot.label] = measure.timed_run(slot.worker, offsets, device=device, timeout=timeout, discount_preemption=_discounts(protocol, slot.worker, device))
                     ledger.enter(slot.worker, "idle")
+                widened = candidate.cpus_widened()
+                if widened:
+                    outcome.fail([Reason("integrity.cpus_widened", f"round {round_index + 1}: the candidate's threads may run on core(s) {widened}, outside the measurement cores {session.sandbox.config.cpus}")])
+                    break
                 _verify_timed(outcome, candidate, records["candidate"], spec, plan, offsets, pool_seed, commit_seed, protocol, offsets_rng, device, ledger, timeout)
                 for slot in slots:
                     slot.worker.call("release", timeout=timeout)
@@ -503,7 +516,7 @@ def _caching_probe(
             label, identical = runs[int(position)]
             measure.settle(everyone, max_wait_s=protocol.settle_max_s)
             worker = baseline if label == "baseline" else candidate
-            records[(label, identical)] = measure.timed_run(worker, batches[identical], device=device, timeout=timeout)
+            records[(label, identical)] = measure.timed_run(worker, batches[identical], device=device, timeout=timeout, discount_preemption=_discounts(protocol, worker, device))
             if label == "candidate" and records[(label, identical)].clock_problem:
                 problems.append(str(records[(label, identical)].clock_problem))
         cost = {key: _probe_cost(record, records[("baseline", key[1])], device) for key, record in records.items()}

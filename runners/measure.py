@@ -14,6 +14,7 @@ import math
 import mmap
 import os
 import sys
+import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass, replace
@@ -64,6 +65,9 @@ class Protocol:
     # (measured: rmsnorm 512x2048 on 2 cores took 3.5 ms or 30 ms per call at random).
     # cpu-ci pins one thread so CI boxes of any size measure the same thing.
     threads: int | None = None
+    # CPU with one thread per worker: take the calling thread's run-queue wait off each sample
+    # (see timed_run). On a shared machine that wait, not the kernel, made most of the spread.
+    discount_preemption: bool = True
 
     def worker_threads(self) -> int:
         return self.threads or max(1, len(os.sched_getaffinity(0)) - 1)
@@ -125,6 +129,7 @@ _PROTOCOLS: dict[str, Protocol] = {
         clock_slack_rel=0.10,
         settle_max_s=0.01,
         l2_flush_bytes=256 << 20,
+        discount_preemption=False,
     ),
 }
 
@@ -327,6 +332,7 @@ class ChildRunner:
         self.pools: list[torch.Tensor] = []
         self.weights: list[torch.Tensor] = []
         self.outputs: list[list[torch.Tensor]] = []
+        self.pending: list[Any] = []  # results of the last `run`, until `commit`
         self.flush: torch.Tensor | None = None
         self.loads = 0
         self.called = False
@@ -350,6 +356,7 @@ class ChildRunner:
         with open(path, "w") as handle:
             handle.write(header["source"])
         name = f"dyno_candidate_{self.loads}"
+        threads_before = verify.python_threads()
         try:
             module_spec = importlib.util.spec_from_file_location(name, path)
             assert module_spec is not None and module_spec.loader is not None
@@ -363,6 +370,16 @@ class ChildRunner:
             raise WorkerFault("sandbox.no_kernel", "the module defines no callable `kernel(*inputs)`")
         self.kernel = kernel
         self.called = False
+        # Nothing a module does at import needs a thread that outlives the import; one that does
+        # runs beside every timed window (the baseline's too) and is refused before any call.
+        started = verify.python_threads() - threads_before
+        if started:
+            names = sorted(t.name for t in threading.enumerate() if t.ident in started)
+            raise WorkerFault(
+                "integrity.thread_left_running",
+                f"importing the candidate started {len(started)} thread(s) that are still running ({', '.join(names)[:200]}); "
+                "start worker threads inside a call and join them before it returns",
+            )
         if self.device.startswith("cuda"):
             torch.cuda.set_device(torch.device(self.device).index or 0)
             if self.flush is None and int(header.get("l2_flush_bytes", 0)):
@@ -473,6 +490,16 @@ class ChildRunner:
             # Process CPU over the timed interval: the parent trusts it from trusted workers only,
             # to learn how much CPU the harness itself spends around the timer.
             reply.update(t0=t0, t1=t1, cpu_timed_ns=c1 - c0)
+        # The reply goes out the moment the timer stops, so the parent's reading of this process's
+        # scheduler statistics brackets the timed calls closely; `commit` follows at once.
+        self.pending = results
+        return reply, []
+
+    def op_commit(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        """Commit to checksums of every output of the last `run`, and describe the outputs."""
+        assert self.spec is not None and self.pools
+        results, self.pending = self.pending, []
+        reply: dict[str, Any] = {}
         expect_tuple = suite.returns_tuple(self.spec)
         spans = verify.storage_spans(self.pools)
         with harness_threads():
@@ -522,7 +549,7 @@ class ChildRunner:
         return {}, tensors
 
     def op_release(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        self.outputs, self.pools, self.weights = [], [], []
+        self.outputs, self.pools, self.weights, self.pending = [], [], [], []
         return {}, []
 
 
@@ -544,6 +571,8 @@ class RunRecord:
     inconsistent: list[int]
     cpu_window_ns: int = 0  # the kernel's count for the worker over the whole window
     cpu_timed_ns: int | None = None  # the worker's own claim for the timed interval (trusted workers only)
+    preempted_ns: int = 0  # run-queue wait of the worker's calling thread over the timed calls, discounted
+    cpu_run_ns: int = 0  # the kernel's count for the worker (all threads) from the request to the timer's reply
 
     @property
     def unaccounted_s(self) -> float:
@@ -580,18 +609,37 @@ def _clock_problem_cuda(header: dict[str, Any], sent: int, received: int) -> tup
     return total, events, None
 
 
-def timed_run(worker: Worker, offsets: list[list[int]], *, device: str, timeout: float) -> RunRecord:
+def timed_run(
+    worker: Worker, offsets: list[list[int]], *, device: str, timeout: float, discount_preemption: bool = False
+) -> RunRecord:
+    """One timed sample: the calls, then the worker's commitment to their outputs.
+
+    With `discount_preemption` (CPU, one thread per worker), the time the calling thread spent
+    runnable but waiting for a core, which the kernel counts and the parent reads from outside,
+    is taken off the sample: on a shared machine that is other processes' time, and it is what
+    made samples of one kernel scatter by tens of percent. It never takes a sample below the
+    worker's own CPU time over the same span (all its threads), so a candidate cannot earn a
+    discount by queueing threads of its own behind the calling one."""
+    wait_before = worker.runqueue_wait_ns() if discount_preemption else None
     cpu_before = worker.cpu_ns()
     reply = worker.call("run", timeout=timeout, offsets=offsets)
+    wait_after = worker.runqueue_wait_ns() if discount_preemption else None
+    cpu_run = worker.cpu_ns() - cpu_before
+    commit = worker.call("commit", timeout=timeout)
     cpu_window = worker.cpu_ns() - cpu_before
-    header = reply.header
+    header = {**reply.header, **{k: commit.header.get(k) for k in ("meta", "inconsistent", "checksums")}}
     calls = len(offsets)
+    preempted = 0
     if device.startswith("cuda"):
         reported, events, problem = _clock_problem_cuda(header, reply.sent_ns, reply.received_ns)
         per_call = sum(events) / len(events) if events and problem is None else reported / 1e9 / calls
     else:
         reported, problem = _clock_problem_cpu(header, reply.sent_ns, reply.received_ns)
-        per_call = reported / 1e9 / calls
+        effective = reported
+        if wait_before is not None and wait_after is not None and problem is None:
+            effective = max(reported - max(0, wait_after - wait_before), min(cpu_run, reported))
+            preempted = reported - effective
+        per_call = effective / 1e9 / calls
     checksums = header.get("checksums")
     if not isinstance(checksums, list) or len(checksums) != calls:
         problem = problem or "no checksum commitment for every call"
@@ -599,7 +647,7 @@ def timed_run(worker: Worker, offsets: list[list[int]], *, device: str, timeout:
     return RunRecord(
         calls=calls,
         per_call_s=max(per_call, 1e-12),
-        window_ns=reply.received_ns - reply.sent_ns,
+        window_ns=commit.received_ns - reply.sent_ns,
         reported_ns=reported,
         clock_problem=problem,
         checksums=checksums,
@@ -607,6 +655,8 @@ def timed_run(worker: Worker, offsets: list[list[int]], *, device: str, timeout:
         inconsistent=list(header.get("inconsistent") or []),
         cpu_window_ns=cpu_window,
         cpu_timed_ns=int(header["cpu_timed_ns"]) if isinstance(header.get("cpu_timed_ns"), int) else None,
+        preempted_ns=preempted,
+        cpu_run_ns=cpu_run,
     )
 
 

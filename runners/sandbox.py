@@ -63,9 +63,11 @@ class WorkerFault(Exception):
 
 
 # Codes a worker may report about itself. Anything else from a candidate worker is treated as
-# the candidate's doing: it runs in the same process and can forge any reply.
+# the candidate's doing: it runs in the same process and can forge any reply. A forged code here
+# only ever condemns the candidate that sends it (none of them leads to a speedup).
 _SELF_REPORTED_CODES = frozenset(
     {
+        "integrity.thread_left_running",
         "sandbox.import_error",
         "sandbox.no_kernel",
         "sandbox.candidate_exception",
@@ -391,6 +393,50 @@ def _default_threads() -> int:
     return max(1, len(os.sched_getaffinity(0)) - 1)
 
 
+def measurement_cpus(threads: int) -> list[int]:
+    """The cores every worker of a sandbox is pinned to: all but the lowest core this process may
+    use (left to the parent and the OS), at most `threads` of them; none on a one-core machine.
+
+    Baseline, candidate and A/A control then all run on the same cores. Left to the scheduler,
+    each worker settles on a core of its own and keeps it; on a VM whose cores differ (a busy
+    hyperthread sibling on the host, another tenant), one worker stays 10-30% slower than an
+    identical one for a whole audit, and the speedup measures the cores, not the kernel."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        return []
+    return allowed[1 : 1 + max(1, threads)]
+
+
+def _cpu_list(text: str) -> set[int]:
+    """`0-2,5` -> {0, 1, 2, 5} (the kernel's Cpus_allowed_list format)."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+def thread_affinities(pid: int) -> list[set[int]]:
+    """The CPUs each live thread of `pid` may run on, read from /proc (empty once it is gone)."""
+    found = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as handle:
+                for line in handle:
+                    if line.startswith("Cpus_allowed_list:"):
+                        found.append(_cpu_list(line.split(":", 1)[1]))
+                        break
+        except OSError:
+            continue  # the thread ended while we looked
+    return found
+
+
 @dataclass(frozen=True)
 class SandboxConfig:
     """Limits for every worker of one sandbox."""
@@ -404,6 +450,11 @@ class SandboxConfig:
     landlock: bool = True
     drop_to_user: str = "nobody"
     startup_timeout_s: float = 180.0
+    pin_cpus: bool = True  # every worker on the same measurement cores (see measurement_cpus)
+
+    @property
+    def cpus(self) -> list[int]:
+        return measurement_cpus(self.threads) if self.pin_cpus else []
 
 
 @dataclass(frozen=True)
@@ -502,6 +553,27 @@ class Worker:
     def cpu_ns(self) -> int:
         """CPU time of the whole worker process (all threads, exited ones included), from the kernel."""
         return process_cpu_ns(self.pid)
+
+    def runqueue_wait_ns(self) -> int | None:
+        """Nanoseconds the worker's main thread has spent runnable but waiting for a core, from
+        /proc/PID/schedstat (None where the kernel keeps no scheduler statistics)."""
+        try:
+            with open(f"/proc/{self.pid}/schedstat") as handle:
+                return int(handle.read().split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def cpus_widened(self) -> list[int]:
+        """CPUs outside the sandbox's measurement cores that a thread of this worker may now use
+        (a candidate that widens its own mask would compute on the parent's core). Empty when
+        the sandbox does not pin."""
+        assigned = set(self.sandbox.config.cpus)
+        if not assigned:
+            return []
+        extra: set[int] = set()
+        for allowed in thread_affinities(self.pid):
+            extra |= allowed - assigned
+        return sorted(extra)
 
     def rss_bytes(self) -> int:
         try:
@@ -627,6 +699,7 @@ class Sandbox:
         config = {
             "device": self.config.device,
             "threads": self.config.threads,
+            "cpus": self.config.cpus,
             "memory_bytes": self.config.memory_bytes,
             "cpu_seconds": self.config.cpu_seconds,
             "file_bytes": self.config.file_bytes,
@@ -984,6 +1057,9 @@ def _worker_main(sock: socket.socket, config: dict[str, Any], role: str, scratch
     import gc
 
     gc.disable()
+    if config.get("cpus"):
+        # Before the intra-op pool starts, so its threads inherit the mask.
+        os.sched_setaffinity(0, [int(c) for c in config["cpus"]])
     torch.set_num_threads(int(config["threads"]))
     # Start the intra-op thread pool now, so threads a call starts are the candidate's.
     torch.ones(1 << 16).mul(2).sum()

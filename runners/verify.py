@@ -33,6 +33,7 @@ REASON_CODES: dict[str, str] = {
     "integrity.background_cpu": "the candidate used CPU outside its timed windows",
     "integrity.commitment_mismatch": "outputs changed after timing stopped (lazy or deferred work)",
     "integrity.stray_process": "the candidate left processes running",
+    "integrity.cpus_widened": "the candidate let itself run on cores outside the measurement cores",
     "timing.clock_mismatch": "the child's reported timing disagrees with the parent's clock or CPU accounting",
     "timing.caching_suspected": "identical inputs run much faster than distinct ones",
     "timing.below_physical_floor": "faster than the device's bandwidth and FLOP/s allow",

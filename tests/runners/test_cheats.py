@@ -19,8 +19,9 @@ from runners.sandbox import SandboxConfig
 HERE = Path(__file__).resolve().parent
 # probe_* report what the sandbox lets them do (test_sandbox.py); gpu_* need a device this CI lacks.
 CHEATS = sorted(p for p in (HERE / "cheats").glob("*.py") if not p.name.startswith(("probe_", "sabotage_", "gpu_")))
-# Short timeouts so the hanging cheats end quickly; cheats need no compile time.
-FAST = replace(measure.protocol_for("cpu-ci"), load_timeout_s=4.0, first_call_timeout_s=3.0, call_timeout_floor_s=3.0)
+# Short timeouts so the hanging cheats end in seconds (cheats need no compile time), yet long
+# enough that an honest call on a loaded two-core CI box never reaches them.
+FAST = replace(measure.protocol_for("cpu-ci"), load_timeout_s=10.0, first_call_timeout_s=8.0, call_timeout_floor_s=6.0)
 
 
 def _header(path: Path) -> dict[str, str]:

@@ -1,8 +1,8 @@
 """Correct, but a daemon thread started at import burns CPU between calls, slowing whoever is
-measured next (the baseline) on a shared machine."""
+measured next (the baseline) on a shared machine. Refused at load, before any call."""
 # workload: rmsnorm
 # verdict: rejected
-# expect: integrity.background_cpu
+# expect: integrity.thread_left_running
 import threading
 
 import torch.nn.functional as F

@@ -1,0 +1,131 @@
+"""Where workers run and how the scheduler's interference is taken off a sample.
+
+Pinning keeps baseline, candidate and A/A control on the same cores; the preemption discount
+takes other processes' time off a CPU sample without letting a candidate earn a discount of
+its own making.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from runners import measure, suite
+from runners.measure import PoolPlan
+from runners.sandbox import Sandbox, SandboxConfig, _cpu_list, measurement_cpus, process_cpu_ns, thread_affinities
+
+TWO_CORES = len(os.sched_getaffinity(0)) >= 2
+needs_two_cores = pytest.mark.skipif(not TWO_CORES, reason="pinning leaves one core to the parent: needs two")
+
+SPINNER = '''import threading
+import torch.nn.functional as F
+
+def kernel(x, weight):
+    # A second thread of its own queues behind the calling one for the whole call.
+    stop = threading.Event()
+    def spin():
+        while not stop.is_set():
+            sum(range(2000))
+    thread = threading.Thread(target=spin)
+    thread.start()
+    out = F.rms_norm(x, (x.shape[-1],), weight, 1e-6)
+    for _ in range(20000):
+        pass
+    stop.set()
+    thread.join()
+    return out
+'''
+
+
+def test_it_reads_the_kernels_cpu_list_format():
+    assert _cpu_list("0-2,5") == {0, 1, 2, 5}
+    assert _cpu_list("3\n") == {3}
+    assert _cpu_list("0,2-3") == {0, 2, 3}
+
+
+def test_it_leaves_the_lowest_core_to_the_parent():
+    cpus = measurement_cpus(threads=1)
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        assert cpus == []
+    else:
+        assert cpus == [allowed[1]] and allowed[0] not in measurement_cpus(threads=64)
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    with Sandbox(SandboxConfig(threads=1)) as box:
+        yield box
+
+
+def _ready(sandbox: Sandbox, source: str, role: str = "baseline", calls: int = 64):
+    spec = suite.find_spec("cpu-ci", "rmsnorm")[0]
+    worker = sandbox.spawn(role)
+    worker.call("load", timeout=60, spec=spec.to_dict(), source=source, module=role)
+    plan = PoolPlan.for_calls(spec, calls)
+    worker.call("prepare", timeout=60, rows=list(plan.rows), seed=1, commit_seed=2)
+    return worker, plan.offsets(np.random.default_rng(0), calls)
+
+
+@needs_two_cores
+def test_it_pins_every_thread_of_a_worker_to_the_measurement_cores(sandbox):
+    worker, _ = _ready(sandbox, suite.baseline_source(suite.find_spec("cpu-ci", "rmsnorm")[0]))
+    try:
+        masks = thread_affinities(worker.pid)
+        assert masks and all(mask == set(sandbox.config.cpus) for mask in masks), masks
+        assert worker.cpus_widened() == []
+    finally:
+        worker.close()
+
+
+def _wait_until_spinning(pid: int, cpu_ns: int = 100_000_000, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process_cpu_ns(pid) > cpu_ns:
+            return
+        time.sleep(0.01)
+    raise AssertionError("the hog never got going")
+
+
+@needs_two_cores
+def test_it_takes_other_processes_time_off_a_sample(sandbox):
+    """A hog on the measurement core takes about half of every sample; the kernel's run-queue
+    accounting shows it, and the discounted sample keeps only the worker's own time. (Samples
+    here are long: the scheduler lets a worker that mostly sleeps run a short one unpreempted.)"""
+    worker, offsets = _ready(sandbox, suite.baseline_source(suite.find_spec("cpu-ci", "rmsnorm")[0]), calls=4096)
+    core = sandbox.config.cpus[0]
+    hog = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, [{core}])\nwhile True: pass"])
+    try:
+        _wait_until_spinning(hog.pid)
+        records = [measure.timed_run(worker, offsets, device="cpu", timeout=60, discount_preemption=True) for _ in range(6)]
+    finally:
+        hog.kill()
+        hog.wait()
+        worker.close()
+    preempted = sorted(r.preempted_ns / r.reported_ns for r in records)
+    assert preempted[len(preempted) // 2] > 0.2, preempted  # the hog took a real share of the median sample
+    for record in records:
+        sample_ns = record.per_call_s * record.calls * 1e9
+        assert sample_ns == pytest.approx(record.reported_ns - record.preempted_ns, abs=1)
+        assert sample_ns >= min(record.cpu_run_ns, record.reported_ns) - 1  # never below the worker's own CPU
+        assert record.clock_problem is None
+
+
+@needs_two_cores
+def test_it_gives_no_discount_for_waiting_behind_the_candidates_own_threads(sandbox):
+    worker, offsets = _ready(sandbox, SPINNER, role="candidate")
+    try:
+        records = [measure.timed_run(worker, offsets[:4], device="cpu", timeout=60, discount_preemption=True) for _ in range(4)]
+    finally:
+        worker.close()
+    for record in records:
+        # The calling thread may wait behind the spinner, but a sample never drops below the CPU
+        # the worker spent over it, the spinner's included: queueing its own threads buys nothing.
+        sample_ns = record.per_call_s * record.calls * 1e9
+        assert sample_ns >= min(record.cpu_run_ns, record.reported_ns) - 1, (sample_ns, record.cpu_run_ns)
+    assert records and all(r.cpu_run_ns > 0 for r in records)
