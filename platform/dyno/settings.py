@@ -147,6 +147,26 @@ DYNO_REAPER_SECONDS = env_int("DYNO_REAPER_SECONDS", 30, minimum=1)
 DYNO_TUNING_CACHE = Path(env_str("DYNO_TUNING_CACHE", str(VAR_DIR / "tuning-cache.jsonl")))
 DYNO_RUN_WORKLOAD_LIMIT = env_int("DYNO_RUN_WORKLOAD_LIMIT", 6, minimum=1)
 DYNO_TUNE_BUDGET_SECONDS = env_int("DYNO_TUNE_BUDGET_SECONDS", 20, minimum=1)
+# Time limits of one run, read by the worker that executes it: past the soft limit the run fails
+# naming the stage it was in; past the hard limit the pool process is killed and the worker fails
+# the run. Transient infrastructure errors (database or broker unreachable) are retried this many
+# times with backoff; anything else ends the run on the first try.
+DYNO_RUN_SOFT_TIME_LIMIT_SECONDS = env_int("DYNO_RUN_SOFT_TIME_LIMIT_SECONDS", 3600, minimum=1)
+DYNO_RUN_HARD_TIME_LIMIT_SECONDS = env_int("DYNO_RUN_HARD_TIME_LIMIT_SECONDS", 3900, minimum=2)
+if DYNO_RUN_HARD_TIME_LIMIT_SECONDS <= DYNO_RUN_SOFT_TIME_LIMIT_SECONDS:
+    raise ImproperlyConfigured(
+        f"DYNO_RUN_HARD_TIME_LIMIT_SECONDS={DYNO_RUN_HARD_TIME_LIMIT_SECONDS} must exceed "
+        f"DYNO_RUN_SOFT_TIME_LIMIT_SECONDS={DYNO_RUN_SOFT_TIME_LIMIT_SECONDS}: the soft limit fails the "
+        "run cleanly, the hard one only kills what ignored it."
+    )
+DYNO_RUN_TRANSIENT_RETRIES = env_int("DYNO_RUN_TRANSIENT_RETRIES", 4, minimum=0)
+# Audits of submitted candidates: the sandbox's memory limit, and a cap on the harness's load and
+# first-call timeouts (0 keeps the protocol's own: 60 s to load, 300 s for a first call).
+DYNO_AUDIT_MEMORY_MIB = env_int("DYNO_AUDIT_MEMORY_MIB", 8192, minimum=256)
+DYNO_AUDIT_CALL_TIMEOUT_SECONDS = env_int("DYNO_AUDIT_CALL_TIMEOUT_SECONDS", 0, minimum=0)
+# Re-audits are started as they are requested; this sweep also starts any that were missed and
+# settles those whose run ended (and makes reports a lost message never made).
+DYNO_REAUDIT_SWEEP_SECONDS = env_int("DYNO_REAUDIT_SWEEP_SECONDS", 60, minimum=1)
 
 # Report signing: the Ed25519 private key (mode 0600). Development creates it on first use;
 # production refuses to sign without it. Only `control` workers need it, never runner boxes.
@@ -171,6 +191,9 @@ else:
     # A long visibility timeout: runs are long; a dead worker's run is reaped by heartbeat instead.
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 6 * 3600}
 CELERY_TASK_ACKS_LATE = True
+# A lost broker connection leaves a running run alone: its result goes to the database, and a run
+# is claimed once, so a redelivered message could not restart it anyway.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TASK_REJECT_ON_WORKER_LOST = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "control"
@@ -180,6 +203,8 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "reap-stale-runs": {"task": "runs.reap_stale", "schedule": float(DYNO_REAPER_SECONDS),
                         "options": {"queue": "control", "expires": float(DYNO_REAPER_SECONDS)}},
+    "reports-sweep": {"task": "reports.sweep", "schedule": float(DYNO_REAUDIT_SWEEP_SECONDS),
+                      "options": {"queue": "control", "expires": float(DYNO_REAUDIT_SWEEP_SECONDS)}},
     # The 3rd, not the 1st: most late usage of the month has arrived by then.
     "metering-bill-previous-month": {"task": "metering.bill_previous_month",
                                      "schedule": crontab(minute=0, hour=3, day_of_month=3),

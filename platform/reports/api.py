@@ -4,6 +4,7 @@ Customer and auditor keys of the report's organization; any other organization's
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -11,8 +12,9 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 
 from api.auth import ApiError, api_endpoint, json_body
-from reports.models import Report
-from reports.selectors import report_get, report_list, signature_document
+from reports.compare import compare_bodies, reaudit_dict
+from reports.models import ReauditRequest, Report
+from reports.selectors import reaudit_neighbours, reaudit_requests_of, report_get, report_list, signature_document
 from reports.services import ReportRefused, reaudit_request, report_dispute
 
 READERS = ("customer", "auditor")
@@ -64,9 +66,24 @@ def report_signature(request: HttpRequest, report_id: uuid.UUID) -> JsonResponse
     return JsonResponse(signature_document(report_get(actor=request.actor, report_id=report_id)))
 
 
-@api_endpoint(methods=("POST",), scopes=READERS)
+def _comparison(original: Report, reaudit: Report) -> dict[str, Any]:
+    return {"original": str(original.pk), "reaudit": str(reaudit.pk),
+            **reaudit_dict(compare_bodies(json.loads(original.body_bytes), json.loads(reaudit.body_bytes)))}
+
+
+def reaudit_request_dict(row: ReauditRequest) -> dict[str, Any]:
+    return {"id": str(row.pk), "status": row.status, "report": str(row.report_id),
+            "requested_by": row.requested_by, "reason": row.reason, "created_at": row.created_at.isoformat(),
+            "run": str(row.run_id) if row.run_id else None,
+            "result_report": str(row.result_report_id) if row.result_report_id else None,
+            "error": row.error or None}
+
+
+@api_endpoint(methods=("GET", "POST"), scopes=READERS)
 def report_reaudit(request: HttpRequest, report_id: uuid.UUID) -> JsonResponse:
     report = report_get(actor=request.actor, report_id=report_id)
+    if request.method == "GET":
+        return _reaudits(report)
     try:
         reason = str(json_body(request).get("reason", ""))
         request_row = reaudit_request(actor=request.actor, report=report, reason=reason)
@@ -75,6 +92,17 @@ def report_reaudit(request: HttpRequest, report_id: uuid.UUID) -> JsonResponse:
     return JsonResponse({"id": str(request_row.pk), "status": request_row.status, "report": str(report.pk),
                          "requested_by": request_row.requested_by,
                          "created_at": request_row.created_at.isoformat()}, status=201)
+
+
+def _reaudits(report: Report) -> JsonResponse:
+    """The re-audits asked of `report` and, measured, each beside the original figure by figure."""
+    original, successor = reaudit_neighbours(report)
+    return JsonResponse({
+        "report": str(report.pk),
+        "reaudits": [reaudit_request_dict(row) for row in reaudit_requests_of(report)],
+        "superseded_by": _comparison(report, successor) if successor else None,
+        "supersedes": _comparison(original, report) if original else None,
+    })
 
 
 @api_endpoint(methods=("POST",), scopes=READERS)
@@ -115,9 +143,16 @@ def openapi_paths() -> dict[str, Any]:
             "summary": "The detached Ed25519 signature {key_id, algorithm, signature}; public keys at "
                        "/.well-known/dyno-report-keys.json",
             "parameters": [uuid_param], "responses": responses(200, "signature", 401, 403, 404)}},
-        "/reports/{report_id}/reaudit": {"post": {
-            "summary": "Request a re-audit (auditor key)", "parameters": [uuid_param], "requestBody": reason,
-            "responses": responses(201, "the re-audit request", 400, 401, 403, 404)}},
+        "/reports/{report_id}/reaudit": {
+            "get": {"summary": "Re-audits asked of this report (status, run, resulting report) and, once measured, "
+                               "each figure beside the original: speedups, CIs, difference, whether the re-audit "
+                               "lies inside the original 95% CI (`superseded_by`; `supersedes` for a re-audit report)",
+                    "parameters": [uuid_param],
+                    "responses": responses(200, "re-audits and comparisons", 401, 403, 404)},
+            "post": {"summary": "Request a re-audit (auditor key); a worker measures it again on current runners "
+                                "and its report supersedes this one",
+                     "parameters": [uuid_param], "requestBody": reason,
+                     "responses": responses(201, "the re-audit request", 400, 401, 403, 404)}},
         "/reports/{report_id}/disputes": {"post": {
             "summary": "Dispute a report inside the dispute window (customer key); asks for a re-audit",
             "parameters": [uuid_param], "requestBody": reason,

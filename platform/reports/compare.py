@@ -1,5 +1,6 @@
 """Two reports side by side: per-workload speedup deltas and whether the newer figure lies
-inside the older report's 95% interval (e.g. before and after a driver update). Pure.
+inside the older report's 95% interval (e.g. before and after a driver update, or a re-audit
+beside the report it supersedes). Pure.
 """
 
 from __future__ import annotations
@@ -63,8 +64,14 @@ class Comparison:
     warnings: tuple[str, ...]
 
     @property
+    def figures(self) -> tuple[FigureDelta, ...]:
+        """The whole-model figure (where either report has one) and every workload."""
+        has_model = self.model.old_speedup is not None or self.model.new_speedup is not None
+        return ((self.model,) if has_model else ()) + self.workloads
+
+    @property
     def all_within_old_ci(self) -> bool:
-        checked = [d.within_old_ci for d in (self.model, *self.workloads) if d.within_old_ci is not None]
+        checked = [d.within_old_ci for d in self.figures if d.within_old_ci is not None]
         return bool(checked) and all(checked)
 
 
@@ -117,3 +124,25 @@ def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
 
 def _key(workload: dict[str, Any]) -> str:
     return json.dumps([workload.get("name"), workload.get("shape"), workload.get("dtype")], sort_keys=True)
+
+
+def reaudit_dict(comparison: Comparison) -> dict[str, Any]:
+    """A re-audit beside the report it re-measured, as the API carries it (older = original)."""
+    return {
+        "all_within_original_ci": comparison.all_within_old_ci,
+        "figures": [_figure_dict(d, is_model=d is comparison.model) for d in comparison.figures],
+        "warnings": list(comparison.warnings),
+        "environment_changes": [{"key": c.key, "original": c.old, "reaudit": c.new} for c in comparison.environment],
+    }
+
+
+def _figure_dict(delta: FigureDelta, *, is_model: bool) -> dict[str, Any]:
+    return {
+        "label": delta.label, "whole_model": is_model,
+        "original": {"speedup": delta.old_speedup, "ci95": list(delta.old_ci) if delta.old_ci else None,
+                     "verdict": delta.old_verdict},
+        "reaudit": {"speedup": delta.new_speedup, "ci95": list(delta.new_ci) if delta.new_ci else None,
+                    "verdict": delta.new_verdict},
+        "difference": delta.delta, "difference_percent": delta.delta_percent,
+        "within_original_ci": delta.within_old_ci, "intervals_overlap": delta.intervals_overlap,
+    }

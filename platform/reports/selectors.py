@@ -7,6 +7,7 @@ staff see all; anyone else gets a 404, never another organization's report.
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
@@ -15,6 +16,8 @@ from accounts.selectors import Actor
 from reports.models import OPEN_REAUDIT, ReauditRequest, ReauditStatus, Report
 from reports.signing import keys_document
 from runners.signature import Reason, VerifyResult, verify
+from runs.models import Run
+from runs.status import Status
 
 
 def report_list(*, actor: Actor) -> QuerySet[Report]:
@@ -59,5 +62,35 @@ def reaudit_requests_pending() -> QuerySet[ReauditRequest]:
             .select_related("report", "report__run").order_by("created_at"))
 
 
+def reaudit_neighbours(report: Report) -> tuple[Report | None, Report | None]:
+    """The report `report` re-audited (when it is a re-audit) and the re-audit that superseded it,
+    bodies loaded: what the report page and the API set beside it. Same organization by construction."""
+    original = Report.objects.filter(pk=report.supersedes_id).first() if report.supersedes_id else None
+    return original, Report.objects.filter(supersedes=report).first()
+
+
 def reaudit_open_for(report: Report) -> ReauditRequest | None:
     return ReauditRequest.objects.filter(report=report, status__in=OPEN_REAUDIT).first()
+
+
+def reaudit_requests_run_ended() -> QuerySet[ReauditRequest]:
+    """Re-audits still marked running whose run failed or was cancelled (a missed settle)."""
+    return (ReauditRequest.objects.filter(status=ReauditStatus.RUNNING,
+                                          run__status__in=(Status.FAILED, Status.CANCELLED))
+            .select_related("run").order_by("created_at"))
+
+
+def reaudit_requests_of(report: Report) -> QuerySet[ReauditRequest]:
+    """Every re-audit asked of `report`, newest first, with what it produced."""
+    return ReauditRequest.objects.filter(report=report).order_by("-created_at")
+
+
+# A report that could not be made within a day needs a person (the task logs why), not a retry a minute.
+MISSING_REPORT_WINDOW = timedelta(days=1)
+
+
+def runs_missing_report(*, before: datetime, limit: int = 100) -> list:
+    """Ids of runs that succeeded with a result before `before` (within a day) and have no report."""
+    return list(Run.objects.filter(status=Status.SUCCEEDED, result__isnull=False, reports__isnull=True,
+                                   finished_at__lt=before, finished_at__gte=before - MISSING_REPORT_WINDOW)
+                .order_by("finished_at").values_list("pk", flat=True)[:limit])

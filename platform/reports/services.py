@@ -1,7 +1,9 @@
-"""Writes for reports: create and sign a run's report, request re-audits, open disputes.
+"""Writes for reports: create and sign a run's report, request and execute re-audits, open disputes.
 
 Every write here is audited (auditlog) and guarded by a database constraint: one report per
-run, one open re-audit per report, a report superseded at most once.
+run, one open re-audit per report, a report superseded at most once. A re-audit is started as it
+is requested (on commit) and by a periodic sweep, both through `reaudit_dispatch`, whose claim is
+a conditional update under a row lock: two dispatchers never start two runs for one request.
 """
 
 from __future__ import annotations
@@ -176,6 +178,74 @@ def reaudit_fail(*, request_id, error: str) -> bool:
     return failed == 1
 
 
+def reaudit_dispatch(*, request_id) -> Run | None:
+    """Start the run a requested re-audit needs; None if there is nothing (more) to start.
+
+    The new run repeats the re-audited report's run (same candidate or model version, hardware,
+    profile, batch and seq) on today's runners; its report supersedes the chain's newest report
+    and completes the request (`report_create_for_run`), its failure fails it (`reaudit_run_ended`).
+    """
+    from runs.services import RunRejected, run_repeat
+
+    with transaction.atomic():
+        # skip_locked: a second dispatcher of the same request moves on instead of waiting to lose.
+        request = (ReauditRequest.objects.select_for_update(skip_locked=True, of=("self",))
+                   .select_related("report__run").filter(pk=request_id, status=ReauditStatus.REQUESTED).first())
+        if request is None:
+            return None
+        original = request.report.run
+        if original is None:
+            reaudit_fail(request_id=request.pk, error="the report names no run, so there is nothing to measure "
+                                                      "again; ask for a re-audit of a report made by a run.")
+            return None
+        try:
+            run = run_repeat(run=original, requested_by=request.requested_by,
+                             why=f"re-audit {request.pk} of report {request.report_id}")
+        except RunRejected as exc:
+            reaudit_fail(request_id=request.pk, error=str(exc))
+            return None
+        if not reaudit_claim(request_id=request.pk, run=run):  # cannot happen under the lock; never two runs
+            transaction.set_rollback(True)
+            return None
+    log.info("re-audit %s of report %s started as run %s", request.pk, request.report_id, run.pk)
+    return run
+
+
+def reaudit_run_ended(*, run_id, error: str) -> bool:
+    """The run a re-audit started failed or was cancelled: the request fails with why."""
+    request = ReauditRequest.objects.filter(run_id=run_id, status=ReauditStatus.RUNNING).only("pk").first()
+    return request is not None and reaudit_fail(request_id=request.pk, error=error)
+
+
+def reports_sweep(*, now: datetime | None = None, report_grace_seconds: int = 60) -> dict[str, list[str]]:
+    """Catch up on whatever a lost message or a crash left undone; safe to run any time, twice.
+
+    Starts requested re-audits, fails running ones whose run ended without a result, and asks
+    again for the report of every recently succeeded run that still has none (the report task
+    returns the existing report if one appears meanwhile).
+    """
+    from reports.selectors import reaudit_requests_pending, reaudit_requests_run_ended, runs_missing_report
+    from reports.tasks import report_enqueue
+
+    now = now or timezone.now()
+    done: dict[str, list[str]] = {"started": [], "failed": [], "reports": []}
+    for request_id in list(reaudit_requests_pending().values_list("pk", flat=True)[:100]):
+        run = reaudit_dispatch(request_id=request_id)
+        if run is not None:
+            done["started"].append(str(request_id))
+    for request in reaudit_requests_run_ended():
+        run = request.run
+        error = f"the re-audit run {run.pk} {run.status}: {run.error or 'no result'}"
+        if reaudit_fail(request_id=request.pk, error=error):
+            done["failed"].append(str(request.pk))
+    for run_id in runs_missing_report(before=now - timedelta(seconds=report_grace_seconds)):
+        report_enqueue(run_id)
+        done["reports"].append(str(run_id))
+    if any(done.values()):
+        log.warning("reports sweep caught up: %s", {k: len(v) for k, v in done.items()})
+    return done
+
+
 def _reaudit_open(*, actor: Actor, report: Report, reason: str) -> ReauditRequest:
     """The open re-audit of `report`: a new one, or the one already open (a second asker joins it)."""
     open_request = ReauditRequest.objects.filter(report=report, status__in=OPEN_REAUDIT).first()
@@ -187,6 +257,9 @@ def _reaudit_open(*, actor: Actor, report: Report, reason: str) -> ReauditReques
                                                     requested_by=actor.audit_label, reason=reason)
             audit_record(action="reaudit.requested", actor=actor, organization_id=report.organization_id,
                          target=f"report:{report.pk}", data={"reaudit": str(request.pk), "reason": reason})
+            from reports.tasks import reaudit_enqueue
+
+            reaudit_enqueue(request.pk)
     except IntegrityError:
         # Someone opened one between our read and our insert: the constraint kept it single.
         return ReauditRequest.objects.get(report=report, status__in=OPEN_REAUDIT)

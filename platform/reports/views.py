@@ -26,6 +26,7 @@ from reports.models import Report
 from reports.presentation import report_view, speedup_svg
 from reports.selectors import (
     files_verify,
+    reaudit_neighbours,
     reaudit_open_for,
     report_get,
     report_list,
@@ -64,6 +65,14 @@ def report_list_page(request: HttpRequest) -> HttpResponse:
     })
 
 
+def reaudit_comparisons(report: Report) -> list[dict]:
+    """This report beside what it re-audited, and beside the re-audit that superseded it."""
+    original, reaudit = reaudit_neighbours(report)
+    pairs = ([(original, report)] if original else []) + ([(report, reaudit)] if reaudit else [])
+    return [{"original": old, "reaudit": new, "comparison": compare_bodies(_body(old), _body(new))}
+            for old, new in pairs]
+
+
 def _page_context(actor: Actor, report: Report) -> dict:
     role = actor.role_in(report.organization_id)
     view = report_view(_body(report))
@@ -71,6 +80,7 @@ def _page_context(actor: Actor, report: Report) -> dict:
         "report": report, "view": view, "summary": view.summary,
         "verification": report_verify(report=report),
         "successor": report_successor(report),
+        "reaudit_comparisons": reaudit_comparisons(report),
         "reaudit_open": reaudit_open_for(report),
         "disputes": report.disputes.all(),
         "can_reaudit": actor.is_staff or role == Role.AUDITOR,

@@ -13,6 +13,7 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+import kombu.exceptions
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F
@@ -119,20 +120,57 @@ def audit_start(*, actor: Actor, organization_id: int, workload: str, source: st
     return run
 
 
+def run_repeat(*, run: Run, requested_by: str, why: str) -> Run:
+    """A new queued run that measures again what `run` measured, on the runners serving now.
+
+    Same subject (the model version, or the workload and the candidate source verbatim), hardware
+    class, profile, batch and seq. The platform starts it for a request someone was already
+    allowed to make (a re-audit), so no role is checked here.
+    """
+    if run.hardware not in settings.DYNO_HARDWARE_CLASSES:
+        raise RunRejected(f"hardware class {run.hardware!r} is no longer served (now: "
+                          f"{', '.join(settings.DYNO_HARDWARE_CLASSES)}); it cannot be measured there again.")
+    with transaction.atomic():
+        repeat = Run.objects.create(
+            organization_id=run.organization_id, kind=run.kind, model_version_id=run.model_version_id,
+            workload=run.workload, candidate_source=run.candidate_source, candidate_sha256=run.candidate_sha256,
+            hardware=run.hardware, profile=run.profile, batch=run.batch, seq=run.seq,
+            created_by=requested_by[:254])
+        run_log(repeat.pk, f"{why}: measures again what run {run.pk} measured, queued on {run.hardware} "
+                           f"(profile {run.profile}, batch {run.batch}, seq {run.seq})")
+        audit_record(action="run.repeated", organization_id=run.organization_id, target=f"run:{repeat.pk}",
+                     data={"of": str(run.pk), "why": why, "kind": run.kind, "hardware": run.hardware})
+        transaction.on_commit(lambda: run_enqueue(repeat))
+    return repeat
+
+
 def run_enqueue(run: Run) -> None:
+    """Send the run to its hardware class's queue (on commit).
+
+    The message carries no time limits, so the executing worker's own settings decide them (Celery
+    would otherwise stamp the sender's). A broker still unreachable after the publish's own retries
+    fails the run with a message that says so: the row exists either way, and a queued run with no
+    message behind it would wait for good.
+    """
     from runs.tasks import run_execute
 
-    run_execute.apply_async(args=[str(run.pk)], queue=run.hardware)
+    try:
+        run_execute.apply_async(args=[str(run.pk)], queue=run.hardware, time_limit=None, soft_time_limit=None)
+    except kombu.exceptions.OperationalError as exc:
+        log.error("run %s could not be queued: %s", run.pk, exc)
+        run_fail(run_id=run.pk, error=f"the job queue was unreachable when this run was queued ({exc}); "
+                                      "nothing ran. Start it again.")
 
 
 def run_claim(*, run_id, worker: str) -> bool:
     """Move a queued run to running for this worker. False if it is not queued any more."""
     now = timezone.now()
-    claimed = _transition(run_id, Status.RUNNING, worker=worker, started_at=now, heartbeat_at=now,
-                          stage=Stage.PROFILE)
-    if claimed:
-        Run.objects.filter(pk=run_id).update(attempts=F("attempts") + 1)
-        run_log(run_id, f"claimed by {worker}", stage=Stage.PROFILE)
+    with transaction.atomic():  # claimed and counted together, so a retried claim sees one or the other
+        claimed = _transition(run_id, Status.RUNNING, worker=worker, started_at=now, heartbeat_at=now,
+                              stage=Stage.PROFILE)
+        if claimed:
+            Run.objects.filter(pk=run_id).update(attempts=F("attempts") + 1)
+            run_log(run_id, f"claimed by {worker}", stage=Stage.PROFILE)
     return claimed
 
 
@@ -218,7 +256,15 @@ def run_fail(*, run_id, error: str, worker: str | None = None) -> bool:
         done = query.update(status=Status.FAILED, error=error[:4000], finished_at=timezone.now())
         if done:
             run_log(run_id, f"failed: {error}", level="error")
+            _reaudit_ended(run_id, f"the re-audit run {run_id} failed: {error}")
     return done == 1
+
+
+def _reaudit_ended(run_id, error: str) -> None:
+    """A run started for a re-audit ended without a result: the request fails with the reason."""
+    from reports.services import reaudit_run_ended
+
+    reaudit_run_ended(run_id=run_id, error=error)
 
 
 def run_cancel(*, actor: Actor, run: Run) -> bool:
@@ -232,6 +278,7 @@ def run_cancel(*, actor: Actor, run: Run) -> bool:
             run_log(run.pk, f"cancelled by {actor.audit_label}", level="warning")
             audit_record(action="run.cancelled", actor=actor, organization_id=run.organization_id,
                          target=f"run:{run.pk}")
+            _reaudit_ended(run.pk, f"the re-audit run {run.pk} was cancelled by {actor.audit_label}")
     return done
 
 
