@@ -13,6 +13,7 @@ import importlib.util
 import math
 import mmap
 import os
+import secrets
 import sys
 import threading
 import time
@@ -293,6 +294,17 @@ def harness_threads() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+def _heap_spacer() -> torch.Tensor:
+    """A block of random size, held for one round, that shifts where the round's outputs land.
+
+    A round's outputs come from the same heap addresses round after round, so their offset
+    within a page against the inputs' (4 KiB aliasing between loads and stores, cache sets) is
+    fixed for a process by its allocation history: two identical workers ran softmax 1.1 and
+    1.3 ms per call for a whole audit. A fresh random shift every round makes that layout luck
+    round-to-round noise, which the paired rounds and the bootstrap see and average."""
+    return torch.empty(64 * secrets.randbelow(65), dtype=torch.uint8)
+
+
 def _on_fresh_pages(tensor: torch.Tensor) -> torch.Tensor:
     """A copy of `tensor` in a new anonymous mapping, so each round's inputs sit on pages the
     kernel hands out afresh. The allocator would otherwise return the same physical pages round
@@ -333,6 +345,7 @@ class ChildRunner:
         self.weights: list[torch.Tensor] = []
         self.outputs: list[list[torch.Tensor]] = []
         self.pending: list[Any] = []  # results of the last `run`, until `commit`
+        self.spacer: torch.Tensor | None = None
         self.flush: torch.Tensor | None = None
         self.loads = 0
         self.called = False
@@ -457,6 +470,8 @@ class ChildRunner:
                 pools = [_on_fresh_pages(pool) for pool in pools]
             self.pools = pools
             self.weights = commit_weights(self.spec, int(header["commit_seed"]), device=self.device)
+            if self.device == "cpu":
+                self.spacer = _heap_spacer()
         self._sync()
         return {}, []
 

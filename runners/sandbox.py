@@ -209,8 +209,22 @@ def sandbox_environment(source: dict[str, str], *, home: str, threads: int) -> d
         # Inductor's default compile pool forks helper processes that outlive the call; in-process
         # compilation keeps the stray-process check meaningful.
         TORCHINDUCTOR_COMPILE_THREADS="1",
+        **MALLOC_ENVIRONMENT,
     )
     return env
+
+
+# glibc serves a large block from a fresh mapping (a page fault per 4 KiB on first touch) until a
+# freed mapping teaches it to use the heap instead, and trims the heap back to the OS when its top
+# is free. Both depend on the process's history, so two identical workers ran the same softmax
+# at 0 and at 900 page faults per call, 1.3 ms against 2.5 ms, for a whole audit. Fixed
+# thresholds (which also switch the adaptation off) give every worker the same allocator: blocks
+# up to 32 MiB (glibc's ceiling) come from a heap that is never trimmed, so after the warm-up a
+# sample measures the kernel, not the kernel's page faults.
+MALLOC_ENVIRONMENT = {
+    "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+    "MALLOC_TRIM_THRESHOLD_": str(1 << 40),
+}
 
 
 def _home_environment(home: str) -> dict[str, str]:
@@ -451,6 +465,10 @@ class SandboxConfig:
     drop_to_user: str = "nobody"
     startup_timeout_s: float = 180.0
     pin_cpus: bool = True  # every worker on the same measurement cores (see measurement_cpus)
+    # Paths a worker may read besides _read_roots() (a model folder the worker loads), read-only.
+    extra_read_roots: tuple[str, ...] = ()
+    # What a worker serves: "module:Class" under runners/, constructed with device=...
+    worker_handler: str = "runners.measure:ChildRunner"
 
     @property
     def cpus(self) -> list[int]:
@@ -700,6 +718,8 @@ class Sandbox:
             "device": self.config.device,
             "threads": self.config.threads,
             "cpus": self.config.cpus,
+            "extra_read_roots": [os.path.realpath(p) for p in self.config.extra_read_roots],
+            "handler": self.config.worker_handler,
             "memory_bytes": self.config.memory_bytes,
             "cpu_seconds": self.config.cpu_seconds,
             "file_bytes": self.config.file_bytes,
@@ -848,6 +868,10 @@ def zygote_main(control_fd: int, config_json: str) -> None:
     # Orphans of workers (double forks) are re-parented here, where `strays` can find them.
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     import runners.measure  # noqa: F401  (torch, the suite and the worker code, loaded once)
+    import importlib
+
+    # The module workers serve from (config `handler`), also loaded once before any fork.
+    importlib.import_module(str(config.get("handler") or "runners.measure:ChildRunner").partition(":")[0])
 
     try:
         import triton  # noqa: F401
@@ -1051,7 +1075,7 @@ def _worker_main(sock: socket.socket, config: dict[str, Any], role: str, scratch
     _prctl(_PR_SET_DUMPABLE, 0)
     abi = int(plan.get("landlock_abi") or 0)
     if abi:
-        _apply_landlock(abi=abi, writable=[scratch, "/dev"], readable=_read_roots(), listable=[str(REPO_ROOT)])
+        _apply_landlock(abi=abi, writable=[scratch, "/dev"], readable=_read_roots() + list(config.get("extra_read_roots", [])), listable=[str(REPO_ROOT)])
     # Like timeit: no automatic collections, whose pauses would land at random inside or around
     # timed calls. The worker collects explicitly while preparing, outside any window.
     import gc
@@ -1064,9 +1088,11 @@ def _worker_main(sock: socket.socket, config: dict[str, Any], role: str, scratch
     # Start the intra-op thread pool now, so threads a call starts are the candidate's.
     torch.ones(1 << 16).mul(2).sum()
     torch.ones(64, 64) @ torch.ones(64, 64)
-    from runners.measure import ChildRunner
+    import importlib
 
-    serve(sock, ChildRunner(device=str(config["device"])))
+    module_name, _, class_name = str(config.get("handler") or "runners.measure:ChildRunner").partition(":")
+    handler = getattr(importlib.import_module(module_name), class_name)
+    serve(sock, handler(device=str(config["device"])))
 
 
 def serve(sock: socket.socket, handler: Any) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runners import suite
-from runners.sandbox import ENV_PASSTHROUGH, REPO_ROOT, Sandbox, SandboxConfig, SandboxError, landlock_abi, sandbox_environment
+from runners.sandbox import ENV_PASSTHROUGH, MALLOC_ENVIRONMENT, REPO_ROOT, Sandbox, SandboxConfig, SandboxError, landlock_abi, sandbox_environment
 
 CHEATS = Path(__file__).resolve().parent / "cheats"
 SECRETS = {
@@ -68,7 +68,7 @@ def test_it_shows_candidates_no_secret_from_the_parents_environment(sandbox):
     assert forced <= names
     assert names <= set(ENV_PASSTHROUGH) | forced | {
         "PYTHONNOUSERSITE", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "OMP_NUM_THREADS",
-        "MKL_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS", "LC_CTYPE",
+        "MKL_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS", "LC_CTYPE", *MALLOC_ENVIRONMENT,
     }
 
 

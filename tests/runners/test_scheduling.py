@@ -129,3 +129,43 @@ def test_it_gives_no_discount_for_waiting_behind_the_candidates_own_threads(sand
         sample_ns = record.per_call_s * record.calls * 1e9
         assert sample_ns >= min(record.cpu_run_ns, record.reported_ns) - 1, (sample_ns, record.cpu_run_ns)
     assert records and all(r.cpu_run_ns > 0 for r in records)
+
+
+def test_it_gives_every_worker_the_same_fixed_allocator_thresholds(sandbox):
+    """Identical workers, identical allocators: no history-dependent page faults in a window."""
+    import numpy as np  # noqa: F811
+
+    spec = suite.find_spec("cpu", "softmax")[0]  # 4 MiB outputs: above glibc's initial mmap threshold
+    workers = []
+    try:
+        for _ in range(2):
+            worker = sandbox.spawn("baseline")
+            worker.call("load", timeout=60, spec=spec.to_dict(), source=suite.baseline_source(spec), module="baseline")
+            workers.append(worker)
+        # One worker frees a large block first: with glibc's adaptive thresholds that alone moves
+        # its later outputs from fresh mappings to the heap.
+        plan = PoolPlan.for_calls(spec, 4)
+        workers[0].call("prepare", timeout=60, rows=list(plan.rows), seed=3, commit_seed=3)
+        workers[0].call("release", timeout=60)
+        faults = []
+        small = PoolPlan.for_calls(spec, 4)
+        offsets = small.offsets(np.random.default_rng(1), 4)
+        for worker in workers:
+            counts = []
+            for round_index in range(6):
+                worker.call("prepare", timeout=60, rows=list(small.rows), seed=round_index, commit_seed=round_index)
+                before = _minor_faults(worker.pid)
+                measure.timed_run(worker, offsets, device="cpu", timeout=60)
+                counts.append(_minor_faults(worker.pid) - before)
+                worker.call("release", timeout=60)
+            faults.append(counts[-1])
+        # Once warm (a few rounds) neither worker takes page faults per call on its outputs.
+        assert max(faults) < 64, faults  # a fresh 4 MiB mapping per call would be 4 x 1024
+    finally:
+        for worker in workers:
+            worker.close()
+
+
+def _minor_faults(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as handle:
+        return int(handle.read().rsplit(")", 1)[1].split()[7])
