@@ -267,6 +267,22 @@ _CPU_ORDER: dict[str, tuple[str, ...]] = {
 }
 
 
+# The least a torch.compile'd call costs on CPU whatever it computes (dynamo's guard check,
+# inductor's wrapper, allocating the output): the compiled 8x64 rmsnorm took 40 us in process, and
+# the torch-compile reference point of every `cpu-ci` workload 65-300 us in the runner's sandbox,
+# on the 2-core development box (Xeon, torch 2.13, November 2026). A workload whose baseline is
+# already faster cannot gain from compiling, and a compile costs ~45 s of a search's budget in a
+# cold sandbox: the search skips such candidates without building them.
+CPU_COMPILED_CALL_FLOOR_S = 40e-6
+
+
+def call_floor_s(candidate: Candidate, device: str) -> float:
+    """The least one call of `candidate` can take on `device` at any shape; 0 when unknown."""
+    if not is_gpu(device) and str(candidate.params.get("variant", "")).startswith("compile-"):
+        return CPU_COMPILED_CALL_FLOOR_S
+    return 0.0
+
+
 def _parse_order_item(item: str) -> Variant:
     params: dict[str, Any] = {}
     if item.endswith("@1"):
@@ -376,8 +392,11 @@ def render_source(
     consts = dict(spec.constants) if constants is None else constants
     params = dict(variant.params)
     threads = params.pop("threads", None)
-    helpers = ["threads as _threads"]
-    assignments = [f"{name} = {value!r}" for name, value in sorted(consts.items())] + [f"THREADS = {threads!r}"]
+    # A thread scope costs ~2 us a call (a generator plus two thread-count reads): a tenth of a
+    # `cpu-ci` norm. Only variants that change the count pay for it.
+    helpers = [] if threads is None else ["threads as _threads"]
+    assignments = [f"{name} = {value!r}" for name, value in sorted(consts.items())]
+    assignments += [] if threads is None else [f"THREADS = {threads!r}"]
     setup: list[str] = []
     kind, _, impl = variant.name.partition("-")
     if variant.name == "baseline":
@@ -402,21 +421,21 @@ def render_source(
                          f"{', '.join('eager-' + n for n in spec.eager)} {', '.join('compile-' + n for n in spec.compiled)}")
     if params:
         raise ValueError(f"variant {variant.label} has parameters {sorted(params)} that {family} does not use")
+    body = [f"    return {call}"] if threads is None else ["    with _threads(THREADS):", f"        return {call}"]
     lines = [
         f'"""dyno candidate for {workload or family}: {variant.label}."""',
         "import torch",
         "import torch.nn.functional as F",
         "",
         f"from optimizer.kernels import {spec.module} as _ops",
-        f"from optimizer.kernels._common import {', '.join(helpers)}",
+        *([f"from optimizer.kernels._common import {', '.join(helpers)}"] if helpers else []),
         "",
         *assignments,
         *([""] + setup if setup else []),
         "",
         "",
         f"def kernel({spec.args}):",
-        "    with _threads(THREADS):",
-        f"        return {call}",
+        *body,
         "",
     ]
     return "\n".join(lines)

@@ -16,6 +16,7 @@ from typing import Any
 
 from optimizer.cache import TuningCache, TuningEntry, TuningKey, make_key
 from optimizer.candidates import (
+    call_floor_s,
     candidate_space,
     check_shape,
     family_constants,
@@ -54,6 +55,7 @@ class Reason:
     ELIMINATED = "eliminated"
     BASELINE_REJECTED = "baseline-rejected"
     NOT_FASTER = "not-faster-than-baseline"
+    FLOOR_ABOVE_BASELINE = "call-floor-above-baseline"
 
 
 @dataclass(frozen=True)
@@ -190,9 +192,13 @@ def search(
     eta: int = HALVING_ETA,
     min_gain: float = MIN_GAIN,
     now: Callable[[], float] = time.monotonic,
+    floor_s: Callable[[Candidate], float] | None = None,
 ) -> SearchOutcome:
     """Pick the fastest verified candidate; candidates[0] must be the baseline, and it is what is
-    chosen unless another candidate beats it by `min_gain` in the same rung."""
+    chosen unless another candidate beats it by `min_gain` in the same rung.
+
+    `floor_s` gives the least a call of a candidate can take; one whose floor is not below the
+    baseline's measured median cannot win and is skipped unmeasured."""
     if not candidates:
         raise ValueError("search needs at least the baseline candidate")
     clock = _Clock(time_budget_s, now)
@@ -212,6 +218,13 @@ def search(
                                     Verdict.SKIPPED, reasons=(Reason.BUDGET_EXHAUSTED,))
                               for s in group[i:] if not s.is_baseline)
                 break
+            floor = floor_s(c.candidate) if floor_s is not None and not c.is_baseline else 0.0
+            base_s = baseline.last.median_s if baseline.last is not None and baseline.last.correct else None
+            if floor and base_s and floor >= base_s:
+                trials.append(Trial(c.candidate.name, c.candidate.params, c.candidate.source_sha256, rung, rounds,
+                                    Verdict.SKIPPED, reasons=(Reason.FLOOR_ABOVE_BASELINE,
+                                                              f"floor {floor:.3g} s >= baseline {base_s:.3g} s")))
+                continue
             trial = _evaluate(evaluator, c, rung, rounds, clock)
             trials.append(trial)
             if trial.verdict == Verdict.CORRECT:
@@ -321,7 +334,8 @@ def tune_workload(
                                 "cache", entry.speedup_estimate, key.digest(),
                                 [f"cache hit: tuned for shape {entry.shape} in {entry.tuning_seconds:.1f}s"])
     candidates = candidate_space(spec_name, family, shape, dtype, device, constants=consts)
-    outcome = search(candidates, evaluator, time_budget_s=time_budget_s, now=now)
+    outcome = search(candidates, evaluator, time_budget_s=time_budget_s, now=now,
+                     floor_s=lambda c: call_floor_s(c, device))
     spent = now() - started
     result = TuningResult(spec_name, family, dict(shape), dtype, device, outcome.chosen, outcome.trials, False, spent,
                           outcome.strategy, outcome.speedup_estimate, key.digest(), outcome.notes)

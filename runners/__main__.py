@@ -99,6 +99,17 @@ def _progress(quiet: bool) -> Any:
     return report
 
 
+def _tuning_table(optimization: dict[str, Any]) -> str:
+    """What the optimizer chose per workload and what choosing cost, under the audit's table."""
+    lines = [f"optimizer (budget {optimization['budget_s']:g} s per workload, cache {optimization['tuning_cache']}):"]
+    for record in optimization["tuning"]:
+        how = "cache hit" if record["cache_hit"] else f"{record['trials']} trials, {record['seconds']:.1f} s"
+        lines.append(f"  {record['key']}: {record['candidate']} ({how})")
+    seconds = optimization["seconds"]
+    lines.append(f"tuning {seconds['tune']:.1f} s, audit {seconds['audit']:.1f} s")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
@@ -117,6 +128,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             budget_s = args.tune_budget or _positive_seconds(os.environ.get("DYNO_TUNE_BUDGET_SECONDS") or str(DEFAULT_TUNE_BUDGET_S))
         except argparse.ArgumentTypeError as exc:
             return _fail(f"DYNO_TUNE_BUDGET_SECONDS {exc}")
+        try:  # fail now, not after minutes of tuning
+            cache_path.parent.mkdir(parents=True, exist_ok=True)
+            cache_path.open("a").close()
+        except OSError as exc:
+            return _fail(f"cannot use tuning cache {cache_path}: {exc.strerror}")
     elif getattr(args, "tuning_cache", None) or getattr(args, "tune_budget", None):
         return _fail("--tuning-cache and --tune-budget only apply with --optimized")
     if args.reference_points is None:  # an optimized run is judged against what torch.compile gives for free
@@ -184,6 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(document, indent=2) + "\n")
     print(render_table(document))
+    if "optimization" in document:
+        print("\n" + _tuning_table(document["optimization"]))
     print(f"\nwrote {args.json}")
     return EXIT_ACCEPTED if ok else EXIT_REJECTED
 

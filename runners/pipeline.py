@@ -2,6 +2,14 @@
 
 Pure (torch, triton, transformers; no Django): the Celery task calls `run_model_pipeline` and
 stores what it returns. The optimizer proposes; the audit here is the harness's, not its own.
+
+Two model-level figures, on purpose: `result["model"]` (speedup, ci95) is the Amdahl figure, the
+audited per-workload speedups weighted by each workload's share of the model's eager time, which is
+what billing copies; `result["model"]["end_to_end"]` is the whole forward pass measured directly
+(runners.modelaudit: prefill, and decode where the model keeps a cache), baseline against the
+artifact applied, with its own A/A control. The first proves each kernel and says how much of the
+model they cover; the second catches what no workload covers (overheads between kernels, a
+compiled graph's launch cost, a patch that is fast alone and slow in place).
 """
 
 from __future__ import annotations
@@ -9,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +32,7 @@ log = logging.getLogger(__name__)
 Progress = Callable[[float, str, str], None]  # (fraction of the whole run, message, stage)
 
 # Stage shares of the progress bar: profiling is quick, tuning and auditing take the time.
-_PROFILE, _OPTIMIZE, _AUDIT = (0.0, 0.1), (0.1, 0.55), (0.55, 0.97)
+_PROFILE, _OPTIMIZE, _AUDIT, _END_TO_END = (0.0, 0.1), (0.1, 0.55), (0.55, 0.85), (0.85, 0.97)
 
 
 @dataclass(frozen=True)
@@ -172,8 +181,30 @@ def run_model_pipeline(model_dir: Path, *, batch: int, seq: int, profile: str, d
     seconds["audit"] = time.monotonic() - started
     result["model"] = model_figure(result["workloads"], planned, total, unsupported)
     result["model"]["shape"] = {"batch": batch, "seq": seq}
+    started = time.monotonic()
+    result["model"]["end_to_end"] = end_to_end_audit(
+        model_dir, artifact, batch=batch, seq=seq, device=device, profile=profile,
+        seed=int((result.get("protocol") or {}).get("seed") or secrets.randbits(62)), progress=part(_END_TO_END, "audit"))
+    seconds["end_to_end"] = time.monotonic() - started
     result["optimization"] = {"tuning": tuning, "seconds": seconds}
     return PipelineOutcome(inventory=inventory, result=result, artifact=artifact.to_dict(), seconds=seconds)
+
+
+def end_to_end_audit(model_dir: Path, artifact: Any, *, batch: int, seq: int, device: str, profile: str, seed: int,
+                     progress: Callable[[float, str], None]) -> dict[str, Any]:
+    """The whole-forward audit (runners.modelaudit), fail-soft: the per-workload audit already
+    stands on its own, so a failure here is recorded as {"error": ...} (and logged), not a failed run."""
+    from runners.modelaudit import audit_model_forward
+
+    try:
+        return audit_model_forward(model_dir, artifact, batch=batch, seq=seq, device=device, profile=profile,
+                                   seed=seed, progress=progress)
+    except Exception as exc:
+        # A task's time limit (Celery raises it as an ordinary Exception) must still stop the run.
+        if type(exc).__name__ in ("SoftTimeLimitExceeded", "TimeLimitExceeded"):
+            raise
+        log.exception("end-to-end audit of %s failed", model_dir)
+        return {"error": f"{type(exc).__name__}: {exc}"[:2000]}
 
 
 def _hardware_label(fingerprint: dict[str, Any]) -> str:

@@ -89,11 +89,11 @@ def test_it_knows_device_peaks_and_computes_floors():
 def test_it_reads_another_process_cpu_time_precisely():
     pid = os.getpid()
     before = process_cpu_ns(pid)
-    deadline = time.perf_counter() + 0.02
-    while time.perf_counter() < deadline:
+    own = time.thread_time_ns()
+    while time.thread_time_ns() - own < 20_000_000:  # 20 ms of this thread's CPU, however loaded the box
         pass
     spent = process_cpu_ns(pid) - before
-    assert 0.01e9 < spent < 0.2e9
+    assert 0.02e9 <= spent < 0.2e9
 
 
 def test_it_derives_quick_protocols_without_the_audit_extras():

@@ -70,3 +70,28 @@ def test_it_never_lets_a_slower_workload_raise_the_figure():
     entries = [{"key": gemm.key, "verdict": "accepted", "speedup": 0.8, "ci95": [0.7, 0.9]}]
     figure = model_figure(entries, [gemm], total_time_s=1.0, unsupported=[])
     assert figure["speedup"] < 1 and figure["ci95"][0] < figure["speedup"] < figure["ci95"][1]
+
+
+def test_it_records_an_end_to_end_audit_that_cannot_run_instead_of_failing_the_run(tmp_path, caplog):
+    from runners.pipeline import end_to_end_audit
+
+    outcome = end_to_end_audit(tmp_path / "no-such-model", None, batch=2, seq=16, device="cpu", profile="cpu-ci",
+                               seed=1, progress=lambda f, m: None)
+    assert set(outcome) == {"error"} and "config.json" in outcome["error"]
+    assert "end-to-end audit" in caplog.text  # logged with its traceback, not swallowed
+
+
+def test_it_lets_a_task_time_limit_through_the_end_to_end_audit(monkeypatch, tmp_path):
+    import runners.modelaudit
+    from runners.pipeline import end_to_end_audit
+
+    class SoftTimeLimitExceeded(Exception):  # Celery's, by name: the pipeline imports no Celery
+        pass
+
+    def out_of_time(*args, **kwargs):
+        raise SoftTimeLimitExceeded()
+
+    monkeypatch.setattr(runners.modelaudit, "audit_model_forward", out_of_time)
+    with pytest.raises(SoftTimeLimitExceeded):
+        end_to_end_audit(tmp_path, None, batch=2, seq=16, device="cpu", profile="cpu-ci", seed=1,
+                         progress=lambda f, m: None)
