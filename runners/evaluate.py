@@ -415,6 +415,10 @@ def _audit_spec(
             if slot.label.startswith("ref:"):
                 outcome.references[slot.label[4:]] = slot.samples
         outcome.timing["calls_per_sample"] = calls
+        shares = [run.preempted_ns / run.reported_ns for slot in slots for run in slot.runs if run.reported_ns > 0]
+        if shares and _discounts(protocol, candidate, device):
+            # How much of the samples' wall time was other processes' (taken off; see timed_run).
+            outcome.timing["preempted_share"] = {"median": stats.median(shares), "max": max(shares)}
         outcome.timing["rounds"] = len(outcome.candidate)
         outcome.timing["pool"] = plan.to_dict()
         outcome.verdict = "rejected" if outcome.reasons else "accepted"
