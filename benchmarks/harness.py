@@ -121,6 +121,7 @@ def aa_runs(profile: str, protocol: measure.Protocol, repeats: int, workloads: l
                     "aa_half_width": _half_width(w["aa"]["ci95"], w["aa"]["speedup"]),
                     "stable": w["aa"]["stable"],
                     "baseline_median_s": w["baseline"]["median_s"],
+                    "preempted_share": (w.get("timing") or {}).get("preempted_share"),
                     "load_average_before_pass": load,
                 }
             )
