@@ -1,0 +1,773 @@
+"""The whole-model audit: the uploaded model's forward pass as transformers runs it (baseline) against
+the same model with the optimization artifact applied (optimized), under the full protocol.
+
+Owns the model worker (`ModelRunner`, which sandboxed workers serve instead of the per-kernel
+`ChildRunner`) and the parent's side: interleaved rounds of baseline, optimized and an A/A control
+(a second baseline worker) on token ids the parent draws fresh every round, outputs of timed calls
+checked against the baseline's, and a verdict per phase (`prefill`; `decode` where the model keeps
+a key/value cache). The per-kernel audit (runners.evaluate) proves each workload; this proves the
+whole model, including everything between the kernels that no workload covers.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from runners import measure, result, stats, suite, verify
+from runners.measure import Protocol, RunRecord
+from runners.modelload import load_model, read_config  # before transformers: it makes the hub offline
+from runners.sandbox import Sandbox, SandboxConfig, SandboxError, Worker, WorkerFault
+from runners.verify import Reason
+
+# The sandbox's zygote imports this module before it forks workers (SandboxConfig.worker_handler),
+# so every worker starts with transformers' model-loading machinery in memory: imported lazily, it
+# cost each worker ~3.5 s of a ~4 s tiny-model load on the 2-core development box.
+import transformers.modeling_utils  # noqa: E402,F401
+
+Progress = Callable[[float, str], None]
+
+PHASES = ("prefill", "decode")
+HANDLER = "runners.modelaudit:ModelRunner"
+
+# Logit tolerance by the model's dtype: |optimized - baseline| <= atol x rms(baseline logit row)
+# + rtol x |baseline| (verify.compare_tensors' rule), element by element. Looser than one kernel's
+# tolerance because rounding differences compound over layers; a wrong model (a scaled norm, a
+# skipped layer, stale cache) is off by a sizeable fraction of the row's scale, far above these.
+FORWARD_TOLERANCE: dict[str, tuple[float, float]] = {
+    "float32": (1e-3, 1e-3),
+    "float16": (2e-2, 2e-2),
+    "bfloat16": (5e-2, 5e-2),
+}
+# A forward pass is long next to a kernel call: a sample holds at most this many calls (each decode
+# call needs its own prefilled cache, prepared outside the window).
+MAX_CALLS_PER_SAMPLE = 8
+# Prefill inputs are views of a token pool this many positions longer than the sequence, at offsets
+# revealed only when the window opens: precomputing every possible output in `prepare` would cost
+# this many forwards more than an honest worker spends there, which the CPU ledger shows.
+POOL_SLACK = 64
+# Bytes of logits fetched per checked call and side; positions beyond that are sampled at random,
+# chosen after the window closed, so a full-vocabulary model at long sequences stays cheap to check.
+FETCH_BYTES = 8 << 20
+
+METHOD = (
+    "whole forward pass in sandboxed workers: eager transformers model (baseline) vs the same model with "
+    "the optimization artifact applied, interleaved rounds in random order with an A/A control, fresh token "
+    "ids every round, logits of timed calls checked against the baseline's; speedup = median per-round "
+    "ratio with a paired bootstrap 95% CI widened by the A/A deviation"
+)
+
+
+class ModelAuditError(RuntimeError):
+    """The end-to-end audit could not run (a trusted worker failed, the model cannot be fed tokens)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Worker side: serves the parent's requests inside a sandboxed worker (see runners.sandbox).
+
+
+def _fault(exc: BaseException, *, during: str, code: str) -> WorkerFault:
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, MemoryError) or "out of memory" in text.lower():
+        code = "sandbox.memory_limit"
+    return WorkerFault(code, f"{during}: {text}"[:2000], traceback.format_exc()[-8000:])
+
+
+def _logits(out: Any) -> torch.Tensor:
+    """The model's main output: logits where it has them, else the last hidden state. (The optimizer
+    has its own for its self-check; the harness does not borrow the graded party's helpers.)"""
+    for attr in ("logits", "last_hidden_state"):
+        value = getattr(out, attr, None)
+        if isinstance(value, torch.Tensor):
+            return value
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        return out[0]
+    raise TypeError(f"cannot find the output tensor of a {type(out).__name__}")
+
+
+def _cache_of(out: Any) -> Any:
+    """The key/value cache a forward with use_cache=True returned (transformers 5: `cache`)."""
+    for attr in ("cache", "past_key_values"):
+        value = getattr(out, attr, None)
+        if value is not None:
+            return value
+    return None
+
+
+def round_tokens(phase: str, seed: int, *, vocab: int, calls: int, batch: int, seq: int) -> torch.Tensor:
+    """One round's token ids, one set per call: for prefill a [batch, seq + POOL_SLACK] pool each
+    call reads a window of, for decode the [batch, seq] prompt whose cache the new token extends.
+
+    The parent draws `seed` per round and reveals it only in `prepare`; every worker of the round
+    derives the same tokens from it (as the per-kernel protocol derives its input pools). What each
+    call reads (the window's offset, decode's new token) the parent reveals only in `run`."""
+    width = seq + POOL_SLACK if phase == "prefill" else seq
+    rng = np.random.default_rng(suite.derive_seed(seed, phase, "tokens"))
+    return torch.from_numpy(rng.integers(0, vocab, size=(calls, batch, width), dtype=np.int64))
+
+
+def commit_weights(seed: int, width: int) -> torch.Tensor:
+    """One weight per logit column; a worker commits to sum(row * w) for every output row of every
+    timed call before anything is fetched. Generated on the CPU so every device gets the same values."""
+    return torch.randn(width, generator=torch.Generator().manual_seed(seed), dtype=torch.float32)
+
+
+class ModelRunner:
+    """Loads one model (optionally with an artifact applied) and times its forward on the parent's tokens.
+
+    Ops: ping, load, prepare, run, commit, fetch, release (the shapes of runners.measure.ChildRunner's,
+    so measure.timed_run drives both)."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.model: torch.nn.Module | None = None
+        self.cache_arg: str | None = None
+        self.takes_mask = False
+        self.phase = ""
+        self.seq = 0
+        self.pool: torch.Tensor | None = None  # prefill: [calls, batch, seq + POOL_SLACK]
+        self.caches: list[Any] = []  # decode: one prefilled cache per call, each used once
+        self.mask: dict[str, torch.Tensor] = {}
+        self.weights: torch.Tensor | None = None
+        self.commit_seed = 0
+        self.pending: list[torch.Tensor] = []
+        self.outputs: list[torch.Tensor] = []
+
+    def handle(self, op: str, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        method = getattr(self, f"op_{op}", None)
+        if method is None:
+            raise ValueError(f"unknown op {op!r}")
+        return method(header, tensors)
+
+    def op_ping(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        return {"pid": os.getpid()}, []
+
+    def op_load(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        import inspect
+
+        started = time.perf_counter()
+        seconds: dict[str, float] = {}
+        try:
+            model, config = load_model(Path(header["model_dir"]), device=self.device)
+        except BaseException as exc:
+            raise _fault(exc, during="loading the model", code="harness.error") from None
+        seconds["load"] = time.perf_counter() - started
+        if header.get("artifact") is not None:
+            from optimizer.model import apply
+
+            try:
+                apply(model, header["artifact"])
+            except BaseException as exc:
+                raise _fault(exc, during="applying the optimization artifact", code="sandbox.import_error") from None
+        if header.get("transform"):
+            try:
+                namespace: dict[str, Any] = {"__name__": "dyno_model_transform"}
+                exec(compile(header["transform"], "model_transform.py", "exec"), namespace)
+                model = namespace["transform"](model) or model
+            except BaseException as exc:
+                raise _fault(exc, during="the model transform", code="sandbox.import_error") from None
+        params = inspect.signature(model.forward).parameters
+        self.cache_arg = next((name for name in ("cache", "past_key_values") if name in params), None)
+        self.takes_mask = "attention_mask" in params
+        decode_note = None
+        if getattr(config, "is_encoder_decoder", False):
+            decode_note = "encoder-decoder models are not audited token by token"
+        elif not model.can_generate():
+            decode_note = f"{type(model).__name__} does not generate text, so it has no next-token step"
+        elif self.cache_arg is None:
+            decode_note = f"{type(model).__name__}.forward takes no key/value cache"
+        self.model = model
+        # Whatever loading built stays; collections in `prepare` then only see the round's objects.
+        gc.collect()
+        gc.freeze()
+        first = next(model.parameters(), None)
+        seconds["total"] = time.perf_counter() - started
+        return {
+            "seconds": seconds,
+            "model_class": type(model).__name__,
+            "dtype": str(first.dtype).removeprefix("torch.") if first is not None else "float32",
+            "decode": decode_note is None,
+            "decode_note": decode_note,
+        }, []
+
+    def _forward(self, kwargs: dict[str, Any], during: str) -> Any:
+        assert self.model is not None
+        try:
+            with torch.no_grad():
+                return self.model(**kwargs)
+        except BaseException as exc:
+            raise _fault(exc, during=during, code="sandbox.candidate_exception") from None
+
+    def _mask(self, batch: int, length: int) -> dict[str, torch.Tensor]:
+        return {"attention_mask": torch.ones(batch, length, dtype=torch.long, device=self.device)} if self.takes_mask else {}
+
+    def op_prepare(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        """The round's token sets; for decode, each prompt's cache, prefilled here outside the window."""
+        self.pool, self.caches, self.outputs, self.pending = None, [], [], []
+        # Collections happen here, outside every timed window (automatic GC is off in workers);
+        # freezing what survives keeps the next ones as cheap for a model that compiled on its
+        # first call (dynamo's objects) as for the eager one, so preparing costs both alike.
+        gc.collect()
+        gc.freeze()
+        self.phase, self.seq = str(header["phase"]), int(header["seq"])
+        batch = int(header["batch"])
+        tokens = round_tokens(self.phase, int(header["seed"]), vocab=int(header["vocab"]), calls=int(header["calls"]),
+                              batch=batch, seq=self.seq).to(self.device)
+        if self.phase == "prefill":
+            self.pool = tokens
+            self.mask = self._mask(batch, self.seq)
+        elif self.phase == "decode":
+            for index, prompt in enumerate(tokens):
+                out = self._forward({"input_ids": prompt, "use_cache": True, **self._mask(batch, self.seq)},
+                                    f"prefill {index} for decode")
+                cache = _cache_of(out)
+                if cache is None:
+                    raise WorkerFault("harness.error", "the model returned no key/value cache with use_cache=True")
+                self.caches.append(cache)
+            self.mask = self._mask(batch, self.seq + 1)
+        else:
+            raise ValueError(f"unknown phase {self.phase!r}")
+        self.commit_seed = int(header["commit_seed"])
+        self.weights = None
+        self._sync()
+        return {}, []
+
+    def _sync(self) -> None:
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    def _call_inputs(self, item: list[int]) -> dict[str, Any]:
+        """One call's keyword arguments from what `run` reveals: [set, window offset] for prefill,
+        [set, new token per batch entry] for decode."""
+        index = int(item[0])
+        if self.phase == "prefill":
+            assert self.pool is not None
+            start = int(item[1])
+            if not 0 <= start <= POOL_SLACK:
+                raise ValueError(f"window offset {start} outside the pool")
+            return {"input_ids": self.pool[index][:, start : start + self.seq], **self.mask}
+        new = torch.tensor([int(t) for t in item[1:]], dtype=torch.long, device=self.device).view(-1, 1)
+        assert self.cache_arg is not None
+        return {"input_ids": new, self.cache_arg: self.caches[index], "use_cache": True, **self.mask}
+
+    def op_run(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        """Time one sample: a forward per call, each on its own inputs (and cache, used once)."""
+        assert self.model is not None
+        kwargs = [self._call_inputs(item) for item in header["offsets"]]  # built before the timer starts
+        results: list[torch.Tensor] = []
+        reply: dict[str, Any] = {}
+        with torch.no_grad():
+            try:
+                if self.device.startswith("cuda"):
+                    reply["calls"] = self._time_cuda(kwargs, results)
+                else:
+                    c0 = time.process_time_ns()
+                    t0 = time.perf_counter_ns()
+                    for item in kwargs:
+                        results.append(_logits(self.model(**item)))
+                    t1 = time.perf_counter_ns()
+                    c1 = time.process_time_ns()
+                    reply.update(t0=t0, t1=t1, cpu_timed_ns=c1 - c0)
+            except BaseException as exc:
+                raise _fault(exc, during="a timed forward", code="sandbox.candidate_exception") from None
+        self.pending = results
+        return reply, []
+
+    def _time_cuda(self, kwargs: list[dict[str, Any]], results: list[torch.Tensor]) -> list[list[float]]:
+        assert self.model is not None
+        calls: list[list[float]] = []
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in kwargs]
+        for item, (start, end) in zip(kwargs, events):
+            torch.cuda.synchronize()
+            h0 = time.perf_counter_ns()
+            start.record()
+            results.append(_logits(self.model(**item)))
+            torch.cuda.synchronize()  # device-wide: work left on other streams lands inside the window
+            end.record()
+            end.synchronize()
+            calls.append([h0, time.perf_counter_ns(), 0.0])
+        for call, (start, end) in zip(calls, events):
+            call[2] = start.elapsed_time(end) / 1e3
+        return calls
+
+    def op_commit(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        """Checksums of every output row of the last `run` (sum(row * w)), and what the outputs are."""
+        results, self.pending = self.pending, []
+        first_meta: list[dict[str, Any]] | None = None
+        inconsistent: list[int] = []
+        sums: list[list[float]] = []
+        with measure.harness_threads():
+            for index, out in enumerate(results):
+                _, meta = verify.inspect_outputs(out, [], expect_tuple=False)
+                if first_meta is None:
+                    first_meta = meta
+                elif meta != first_meta:
+                    inconsistent.append(index)
+                if type(out) is not torch.Tensor or out.dim() < 1:
+                    sums.append([])
+                    continue
+                if self.weights is None or self.weights.numel() != out.shape[-1]:
+                    self.weights = commit_weights(self.commit_seed, out.shape[-1]).to(out.device)
+                sums.append((out.detach().reshape(-1, out.shape[-1]).to(torch.float32) @ self.weights).tolist())
+            self.outputs = results
+        return {"meta": first_meta, "inconsistent": inconsistent[:50], "checksums": sums}, []
+
+    def op_fetch(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        """Rows of one timed call's output: every batch entry at the positions the parent names."""
+        out = self.outputs[int(header["call"])]
+        positions = torch.tensor([int(p) for p in header["positions"]], dtype=torch.long, device=out.device)
+        return {}, [out.detach().index_select(-2, positions).contiguous()]
+
+    def op_release(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        self.pool, self.caches, self.outputs, self.pending, self.weights = None, [], [], [], None
+        return {}, []
+
+
+# --------------------------------------------------------------------------------------------
+# Parent side.
+
+
+@dataclass
+class _Slot:
+    label: str  # baseline | optimized | aa
+    worker: Worker
+
+
+@dataclass
+class _PhaseOutcome:
+    phase: str
+    verdict: str = "accepted"
+    reasons: list[Reason] = field(default_factory=list)
+    calls: int = 0
+    max_abs_err: float = 0.0
+    worst_ratio: float = 0.0
+    checked: int = 0
+    tolerance: tuple[float, float] | None = None
+    slots: dict[str, list[float]] = field(default_factory=dict)
+
+    def fail(self, reason: Reason, *, verdict: str = "rejected") -> None:
+        if all(r.code != reason.code for r in self.reasons):  # one entry per code: the first says it
+            self.reasons.append(reason)
+        if self.verdict != "error":
+            self.verdict = verdict
+
+
+def _discounts(protocol: Protocol, worker: Worker, device: str) -> bool:
+    """As in the per-kernel audit: on CPU with one thread per worker, that thread's run-queue wait
+    is other processes' time and comes off the sample (measure.timed_run)."""
+    return protocol.discount_preemption and device == "cpu" and worker.sandbox.config.threads == 1
+
+
+def _round_request(phase: str, seed: int, *, calls: int, vocab: int, batch: int, seq: int, commit_seed: int) -> dict[str, Any]:
+    return {"phase": phase, "seed": seed, "calls": calls, "vocab": vocab, "batch": batch, "seq": seq,
+            "commit_seed": commit_seed}
+
+
+def _reveal(phase: str, rng: np.random.Generator, *, calls: int, vocab: int, batch: int) -> list[list[int]]:
+    """What each call of a sample reads, sent with `run` (measure.timed_run's `offsets`): the set,
+    then the prefill window's offset in its pool or decode's new token per batch entry."""
+    if phase == "prefill":
+        return [[call, int(rng.integers(0, POOL_SLACK + 1))] for call in range(calls)]
+    return [[call, *(int(t) for t in rng.integers(0, vocab, size=batch))] for call in range(calls)]
+
+
+def audit_model_forward(
+    model_dir: Path,
+    artifact: Any,
+    *,
+    batch: int,
+    seq: int,
+    device: str,
+    profile: str,
+    seed: int,
+    progress: Progress | None = None,
+    protocol: Protocol | None = None,
+    rounds: int | None = None,
+    sandbox_config: SandboxConfig | None = None,
+    phases: tuple[str, ...] = PHASES,
+    transform_source: str | None = None,
+) -> dict[str, Any]:
+    """Measure the model's forward pass, eager against `artifact` applied, phase by phase.
+
+    `artifact` is an OptimizationArtifact, its dict, or None (the optimized side then runs the
+    model as is: an A/B/A of identical models). Each phase gets baseline, optimized and A/A
+    workers' samples over `protocol.rounds` measured rounds (or `rounds`), a verdict (`accepted`,
+    `rejected` with reason codes, `error`, or `skipped` with a note) and, when accepted, the speedup
+    with its CI. `transform_source` is for the harness's own tests only: Python source defining
+    `transform(model)`, run in the optimized worker after the artifact, to build a wrong model.
+    `phases` narrows what is measured (a phase left out is listed as skipped).
+
+    Raises ModelAuditError when a trusted worker fails, ValueError for arguments that cannot work.
+    """
+    unknown = sorted(set(phases) - set(PHASES))
+    if unknown:
+        raise ValueError(f"unknown phase(s) {unknown}; use {', '.join(PHASES)}")
+    if batch < 1 or seq < 1:
+        raise ValueError(f"batch and seq must be at least 1 (got batch={batch}, seq={seq})")
+    protocol = protocol or measure.protocol_for(profile)
+    if rounds is not None:
+        protocol = replace(protocol, rounds=max(1, int(rounds)))
+    model_dir = Path(model_dir).resolve()
+    config = read_config(model_dir)
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    vocab = getattr(text_config, "vocab_size", None)
+    if not isinstance(vocab, int) or vocab < 1:
+        raise ValueError(f"{config.model_type} config has no vocab_size: the end-to-end audit feeds token ids")
+    positions = next((getattr(text_config, k) for k in ("max_position_embeddings", "n_positions")
+                      if isinstance(getattr(text_config, k, None), int)), None)
+    if positions is not None and seq > positions:
+        raise ValueError(f"seq {seq} exceeds the model's {positions} positions; audit a shorter sequence")
+    artifact_dict = _artifact_dict(artifact)
+    note = progress or (lambda fraction, message: None)
+    started = time.monotonic()
+    base_config = sandbox_config or SandboxConfig(device=device)
+    config_for_run = replace(
+        base_config, device=device, threads=protocol.worker_threads(),
+        extra_read_roots=(*base_config.extra_read_roots, str(model_dir)), worker_handler=HANDLER,
+    )
+    entries: list[dict[str, Any]] = []
+    notes: list[str] = []
+    with measure.harness_threads(), Sandbox(config_for_run) as sandbox:
+        note(0.0, "end to end: loading the model in baseline, optimized and A/A workers")
+        try:
+            slots = {label: _Slot(label, sandbox.spawn(role)) for label, role in
+                     (("baseline", "baseline"), ("optimized", "candidate"), ("aa", "baseline"))}
+        except SandboxError as exc:
+            raise ModelAuditError(f"could not start the model workers: {exc} {exc.detail[-1500:]}") from exc
+        load_timeout = protocol.first_call_timeout_s
+        info = _load_trusted(slots["baseline"].worker, model_dir, load_timeout)
+        optimized_failure: SandboxError | None = None
+        try:
+            slots["optimized"].worker.call("load", timeout=load_timeout, model_dir=str(model_dir),
+                                           artifact=artifact_dict, transform=transform_source)
+        except SandboxError as exc:
+            optimized_failure = exc
+        _load_trusted(slots["aa"].worker, model_dir, load_timeout)
+        skip: dict[str, str] = {p: "not requested" for p in PHASES if p not in phases}
+        if "decode" not in skip and not info.get("decode"):
+            skip["decode"] = str(info.get("decode_note"))
+        elif "decode" not in skip and positions is not None and seq + 1 > positions:
+            skip["decode"] = f"a cache of {seq} tokens leaves no position for one more in this model's {positions}"
+        notes.extend(f"{p} not audited: {why}" for p, why in skip.items())
+        wanted = [p for p in PHASES if p not in skip]
+        for phase in PHASES:
+            if phase in skip:
+                entries.append(_skipped(phase, skip[phase]))
+                continue
+            index = wanted.index(phase)
+            outcome = _PhaseOutcome(phase)
+            if optimized_failure is not None:
+                _errored(outcome, optimized_failure)
+            else:
+                span = (0.05 + 0.9 * index / len(wanted), 0.05 + 0.9 * (index + 1) / len(wanted))
+                try:
+                    _audit_phase(outcome, sandbox, slots, protocol, phase=phase, vocab=vocab, batch=batch, seq=seq,
+                                 device=device, seed=suite.derive_seed(seed, "model-forward", phase),
+                                 progress=lambda f, m, s=span: note(s[0] + (s[1] - s[0]) * f, m))
+                except ModelAuditError as exc:  # this phase cannot be judged; the other may still be
+                    outcome.fail(Reason("harness.error", str(exc)[:2000]), verdict="error")
+                failure = slots["optimized"].worker.failure
+                if failure is not None:
+                    optimized_failure = failure
+            entries.append(_entry(outcome, protocol, batch=batch, seq=seq, seed=seed))
+        for slot in slots.values():
+            slot.worker.close()
+        sandbox_info = sandbox.info()
+    note(1.0, "end to end: " + ", ".join(f"{p['phase']} {p['verdict']}" for p in entries))
+    return {
+        "method": METHOD,
+        "shape": {"batch": batch, "seq": seq},
+        "device": device,
+        "profile": profile,
+        "model_class": info.get("model_class"),
+        "dtype": info.get("dtype"),
+        "artifact_strategy": (artifact_dict or {}).get("strategy", "none"),
+        "protocol": {"name": protocol.name, "rounds": protocol.rounds, "warmup_rounds": protocol.warmup_rounds,
+                     "aa_tolerance": protocol.aa_tolerance, "threads": config_for_run.threads,
+                     "discount_preemption": protocol.discount_preemption and device == "cpu" and config_for_run.threads == 1,
+                     "target_sample_s": protocol.target_sample_s},
+        "sandbox": {"user": sandbox_info.get("user"), "landlock_abi": sandbox_info.get("landlock_abi")},
+        "phases": entries,
+        "notes": notes,
+        "seconds": time.monotonic() - started,
+    }
+
+
+def _artifact_dict(artifact: Any) -> dict[str, Any] | None:
+    """The artifact as the worker receives it (JSON), refused early when it is not one."""
+    if artifact is None:
+        return None
+    from optimizer.model import OptimizationArtifact
+
+    if isinstance(artifact, OptimizationArtifact):
+        return artifact.to_dict()
+    if isinstance(artifact, Mapping):
+        OptimizationArtifact.from_dict(dict(artifact))  # raises ArtifactMismatch (a ValueError) with why
+        return dict(artifact)
+    raise ValueError(f"artifact must be an OptimizationArtifact, its dict or None, not {type(artifact).__name__}")
+
+
+def _load_trusted(worker: Worker, model_dir: Path, timeout: float) -> dict[str, Any]:
+    try:
+        return worker.call("load", timeout=timeout, model_dir=str(model_dir), artifact=None, transform=None).header
+    except SandboxError as exc:
+        raise ModelAuditError(f"the baseline model failed to load in its worker: {exc} {exc.detail[-1500:]}") from exc
+
+
+def _skipped(phase: str, why: str) -> dict[str, Any]:
+    return {"phase": phase, "verdict": "skipped", "reasons": [], "note": why, "speedup": None, "ci95": None,
+            "aa": {"speedup": None, "ci95": None, "stable": None}, "baseline_median_s": None,
+            "optimized_median_s": None, "rounds": 0, "billable": False}
+
+
+def _errored(outcome: _PhaseOutcome, exc: SandboxError) -> None:
+    # As in the per-kernel audit: a worker that refused what the optimized side did (integrity.*)
+    # judged it; any other failure means it could not be judged.
+    code = exc.code if exc.code in verify.REASON_CODES else "sandbox.protocol"
+    tail = " / ".join(line.strip() for line in exc.detail.strip().splitlines()[-2:])
+    outcome.fail(Reason(code, f"{exc.message}{' | ' + tail[-500:] if tail else ''}"),
+                 verdict="rejected" if code.startswith("integrity.") else "error")
+
+
+def _calibrate(worker: Worker, protocol: Protocol, *, phase: str, vocab: int, batch: int, seq: int,
+               seed: int, device: str) -> tuple[int, float]:
+    """Calls per sample so that the baseline's sample lasts about `target_sample_s`."""
+    timeout = protocol.first_call_timeout_s
+    discount = _discounts(protocol, worker, device)
+    worker.call("prepare", timeout=timeout, **_round_request(phase, suite.derive_seed(seed, "calibrate"), calls=3,
+                                                             vocab=vocab, batch=batch, seq=seq, commit_seed=0))
+    reveal = _reveal(phase, np.random.default_rng(suite.derive_seed(seed, "calibrate-reveal")), calls=3, vocab=vocab, batch=batch)
+    measure.timed_run(worker, reveal[:1], device=device, timeout=timeout, discount_preemption=discount)
+    per_call = measure.timed_run(worker, reveal[1:], device=device, timeout=timeout, discount_preemption=discount).per_call_s
+    worker.call("release", timeout=timeout)
+    return max(1, min(MAX_CALLS_PER_SAMPLE, protocol.max_calls, math.ceil(protocol.target_sample_s / per_call))), per_call
+
+
+def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slot], protocol: Protocol, *, phase: str,
+                 vocab: int, batch: int, seq: int, device: str, seed: int, progress: Progress) -> None:
+    """Calibrate on the baseline, then interleaved rounds; stops at the first round that rejects."""
+    optimized = slots["optimized"].worker
+    workers = [slot.worker for slot in slots.values()]
+    try:
+        progress(0.0, f"end to end {phase}: calibrating")
+        calls, per_call = _calibrate(slots["baseline"].worker, protocol, phase=phase, vocab=vocab, batch=batch,
+                                     seq=seq, seed=seed, device=device)
+        outcome.calls = calls
+        timeout = max(protocol.call_timeout_floor_s, protocol.call_timeout_factor * per_call * calls)
+        order_rng = np.random.default_rng(suite.derive_seed(seed, "order"))
+        check_rng = np.random.default_rng(suite.derive_seed(seed, "checks"))
+        reveal_rng = np.random.default_rng(suite.derive_seed(seed, "reveal"))
+        ledger = measure.CpuLedger()
+        ordered = list(slots.values())
+        samples: dict[str, list[float]] = {slot.label: [] for slot in ordered}
+        total = protocol.warmup_rounds + protocol.rounds
+        for round_index in range(total):
+            measured = round_index >= protocol.warmup_rounds
+            # Warm-up rounds hold the optimized side's first calls, which may compile.
+            limit = timeout if measured else protocol.first_call_timeout_s + timeout
+            progress(round_index / total, f"end to end {phase}: round {round_index + 1}/{total}")
+            commit_seed = suite.derive_seed(seed, "commit", round_index)
+            request = _round_request(phase, suite.derive_seed(seed, "round", round_index), calls=calls, vocab=vocab,
+                                     batch=batch, seq=seq, commit_seed=commit_seed)
+            ledger.next_round()
+            for slot in ordered:
+                ledger.enter(slot.worker, "prepare")
+                slot.worker.call("prepare", timeout=limit, **request)
+                ledger.enter(slot.worker, "idle")
+            offsets = _reveal(phase, reveal_rng, calls=calls, vocab=vocab, batch=batch)
+            records: dict[str, RunRecord] = {}
+            for position in order_rng.permutation(len(ordered)):
+                slot = ordered[int(position)]
+                measure.settle(workers, max_wait_s=protocol.settle_max_s)
+                ledger.enter(slot.worker, "window")
+                records[slot.label] = measure.timed_run(slot.worker, offsets, device=device, timeout=limit,
+                                                        discount_preemption=_discounts(protocol, slot.worker, device))
+                ledger.enter(slot.worker, "idle")
+            _check_round(outcome, slots, records, protocol, round_index=round_index, rng=check_rng, calls=calls,
+                         length=seq if phase == "prefill" else 1, batch=batch, commit_seed=commit_seed, device=device,
+                         timeout=limit, compare_aa=round_index == 0)
+            for slot in ordered:
+                slot.worker.call("release", timeout=limit)
+            if outcome.verdict != "accepted":
+                break  # a wrong or misbehaving model is not timed any further
+            if measured:
+                for label, record in records.items():
+                    samples[label].append(record.per_call_s)
+        for slot in ordered:
+            ledger.enter(slot.worker, "idle")
+        outcome.slots = samples
+        if outcome.verdict == "accepted":
+            _judge_background(outcome, slots, ledger, protocol, warmup=protocol.warmup_rounds, seed=seed)
+    except SandboxError as exc:
+        if optimized.failure is exc:
+            _errored(outcome, exc)
+            return
+        raise ModelAuditError(f"a baseline worker failed during the {phase} audit: {exc} {exc.detail[-1500:]}") from exc
+    stray = sandbox.strays()
+    if stray:
+        outcome.fail(Reason("integrity.stray_process", f"killed {len(stray)} process(es) left running during {phase}: {stray}"))
+
+
+def _judge_background(outcome: _PhaseOutcome, slots: dict[str, _Slot], ledger: measure.CpuLedger, protocol: Protocol,
+                      *, warmup: int, seed: int) -> None:
+    """CPU the optimized worker used outside its windows, round by round against the two trusted
+    workers (the per-kernel audit's rule, runners.evaluate._judge_timing): while it should be idle
+    (work between windows), and, for prefill, while it prepared tokens (outputs precomputed for
+    every window offset). Decode's `prepare` runs the optimized model's own prefill, which may
+    legitimately cost more or less than the baseline's, so only its idle time is judged; its new
+    tokens arrive with `run`. Judged by the lower bound of a bootstrap CI of the median excess."""
+    measured = slice(warmup, None)
+    optimized = slots["optimized"].worker
+    trusted = [slots["baseline"].worker, slots["aa"].worker]
+    idle_c = ledger.per_round(optimized, "idle")[measured]
+    prep_c = ledger.per_round(optimized, "prepare")[measured]
+    window_c = ledger.per_round(optimized, "window")[measured]
+    idle_t = [sum(v) / len(v) for v in zip(*(ledger.per_round(w, "idle")[measured] for w in trusted))]
+    prep_t = [sum(v) / len(v) for v in zip(*(ledger.per_round(w, "prepare")[measured] for w in trusted))]
+    if not idle_c or len(idle_t) != len(idle_c) or len(prep_t) != len(prep_c):
+        return
+    options = {"resamples": protocol.bootstrap_resamples, "confidence": protocol.confidence}
+    idle = stats.median_ci([c - t for c, t in zip(idle_c, idle_t)], seed=suite.derive_seed(seed, "idle") & 0xFFFFFFFF, **options)
+    if idle.low > protocol.background_cpu_abs_s + protocol.background_cpu_rel * stats.median(window_c):
+        outcome.fail(Reason("integrity.background_cpu", f"{outcome.phase}: the optimized model's worker used {idle.point * 1e3:.1f} ms "
+                                                        "more CPU per round than trusted workers while it should have been idle"))
+        return
+    if outcome.phase == "prefill":
+        ratio = stats.median_ci([c / max(t, 1e-6) for c, t in zip(prep_c, prep_t)],
+                                seed=suite.derive_seed(seed, "prepare") & 0xFFFFFFFF, **options)
+        extra = stats.median([c - t for c, t in zip(prep_c, prep_t)])
+        if ratio.low > 1.0 + protocol.prepare_cpu_slack and extra > protocol.background_cpu_abs_s:
+            outcome.fail(Reason("integrity.background_cpu", f"prefill: preparing tokens cost the optimized model's worker "
+                                                            f"{ratio.point:.2f}x the CPU it cost trusted workers (work hidden before its windows)"))
+
+
+def _fetch(worker: Worker, call: int, positions: list[int], timeout: float) -> torch.Tensor | None:
+    reply = worker.call("fetch", timeout=timeout, call=call, positions=positions)
+    return reply.tensors[0] if len(reply.tensors) == 1 else None
+
+
+def _check_round(outcome: _PhaseOutcome, slots: dict[str, _Slot], records: dict[str, RunRecord], protocol: Protocol, *,
+                 round_index: int, rng: np.random.Generator, calls: int, length: int, batch: int, commit_seed: int,
+                 device: str, timeout: float, compare_aa: bool) -> None:
+    """Judge the optimized worker's timed calls of one round against the baseline's, on outputs fetched
+    after the window closed: the timer, the cores, the outputs' kind, values and commitments."""
+    where = f"{outcome.phase} round {round_index + 1}"
+    record = records["optimized"]
+    if record.clock_problem:
+        outcome.fail(Reason("timing.clock_mismatch", f"{where}: {record.clock_problem}"))
+    widened = slots["optimized"].worker.cpus_widened()
+    if widened:
+        outcome.fail(Reason("integrity.cpus_widened", f"{where}: the optimized model's threads may run on core(s) {widened}"))
+    base_meta = records["baseline"].meta
+    if not base_meta or not base_meta[0].get("exact_tensor"):
+        raise ModelAuditError(f"{where}: the baseline model returned no tensor output ({base_meta})")
+    shape, dtype = tuple(base_meta[0]["shape"]), str(base_meta[0]["dtype"])
+    problems = verify.check_output_meta(record.meta, expected_shapes=[shape], dtype=dtype,
+                                        device_type=torch.device(device).type, where=where)
+    if record.inconsistent:
+        problems.append(Reason("correctness.timed_output_mismatch", f"{where}: calls {record.inconsistent[:5]} returned a different kind of output than call 0"))
+    for reason in problems:
+        outcome.fail(reason)
+    if problems:
+        return
+    atol, rtol = FORWARD_TOLERANCE.get(dtype, FORWARD_TOLERANCE["float32"])
+    outcome.tolerance = (atol, rtol)
+    width = shape[-1]
+    elsize = torch.empty((), dtype=getattr(torch, dtype, torch.float32)).element_size()
+    rows = max(1, min(length, FETCH_BYTES // max(1, batch * width * elsize)))
+    weights = commit_weights(commit_seed, width)
+    claimed_all = record.checksums
+    for call in sorted(int(c) for c in rng.choice(calls, size=min(protocol.verify_per_round, calls), replace=False)):
+        positions = sorted(int(p) for p in rng.choice(length, size=rows, replace=False))
+        reference = _fetch(slots["baseline"].worker, call, positions, timeout)
+        output = _fetch(slots["optimized"].worker, call, positions, timeout)
+        expected = (*shape[:-2], len(positions), width)
+        if reference is None or tuple(reference.shape) != expected:
+            raise ModelAuditError(f"{where}: the baseline worker sent no usable outputs for call {call}")
+        if output is None or tuple(output.shape) != expected:
+            outcome.fail(Reason("correctness.shape", f"{where}, call {call}: the optimized worker sent outputs of shape "
+                                                     f"{None if output is None else list(output.shape)}, expected {list(expected)}"))
+            return
+        comparison = verify.compare_tensors(output, reference, atol=atol, rtol=rtol)
+        outcome.checked += 1
+        outcome.max_abs_err = max(outcome.max_abs_err, comparison.max_abs_err)
+        outcome.worst_ratio = max(outcome.worst_ratio, comparison.worst_ratio)
+        if comparison.nonfinite:
+            outcome.fail(Reason("correctness.nonfinite", f"{where}, call {call}: the optimized model's logits hold NaN or Inf where the baseline's are finite"))
+        elif not comparison.passed:
+            outcome.fail(Reason("correctness.mismatch",
+                                f"{where}, call {call}: the optimized model's outputs differ from the baseline's by up to "
+                                f"{comparison.max_abs_err:.3g} ({comparison.worst_ratio:.3g}x the tolerance atol={atol:g} x row rms "
+                                f"+ rtol={rtol:g} x |ref|, {comparison.failed_fraction:.1%} of values outside)"))
+        claimed = claimed_all[call] if call < len(claimed_all) else []
+        flat = output.reshape(-1, width)
+        indices = [b * length + p for b in range(flat.shape[0] // len(positions)) for p in positions]
+        if len(claimed) != flat.shape[0] // len(positions) * length or not all(
+                measure.commitment_holds(float(claimed[i]), row, weights) for i, row in zip(indices, flat)):
+            outcome.fail(Reason("integrity.commitment_mismatch", f"{where}, call {call}: outputs differ from the checksums committed when the window closed"))
+        if compare_aa:
+            # The reference is only as good as the baseline's determinism: two identical trusted
+            # workers must agree (they do bit for bit on CPU), or nothing here can be judged.
+            again = _fetch(slots["aa"].worker, call, positions, timeout)
+            if again is None or not verify.compare_tensors(again, reference, atol=atol, rtol=rtol).passed:
+                raise ModelAuditError(f"{where}: two baseline workers disagree on the same tokens; the model is not deterministic enough to audit")
+
+
+def _estimate(numerators: list[float], denominators: list[float], protocol: Protocol, seed: int) -> stats.Estimate | None:
+    if not numerators or len(numerators) != len(denominators):
+        return None
+    return stats.paired_ratio_ci(numerators, denominators, resamples=protocol.bootstrap_resamples,
+                                 confidence=protocol.confidence, seed=seed & 0xFFFFFFFF)
+
+
+def _entry(outcome: _PhaseOutcome, protocol: Protocol, *, batch: int, seq: int, seed: int) -> dict[str, Any]:
+    """One phase's result. Like the per-kernel entries: the paired CI over rounds is widened by the
+    A/A control's deviation (what differs between two identical processes, which no bootstrap over
+    rounds can see), and only an accepted phase has a speedup."""
+    fin = result.finite_or_none
+    base = outcome.slots.get("baseline", [])
+    optimized = outcome.slots.get("optimized", [])
+    aa_samples = outcome.slots.get("aa", [])
+    rounds_ci = _estimate(base, optimized, protocol, suite.derive_seed(seed, outcome.phase, "bootstrap"))
+    aa = _estimate(base, aa_samples, protocol, suite.derive_seed(seed, outcome.phase, "bootstrap-aa"))
+    factor = max(1.0, aa.high, 1.0 / aa.low) if aa else 1.0
+    speed = stats.Estimate(rounds_ci.point, rounds_ci.low / factor, rounds_ci.high * factor) if rounds_ci else None
+    accepted = outcome.verdict == "accepted" and speed is not None
+    if outcome.verdict == "accepted" and speed is None:
+        outcome.fail(Reason("harness.error", "no measured rounds"), verdict="error")
+    stable = aa.within(protocol.aa_tolerance) if aa else None
+    atol, rtol = outcome.tolerance or (None, None)
+    return {
+        "phase": outcome.phase,
+        "verdict": outcome.verdict,
+        "reasons": [r.to_dict() for r in outcome.reasons],
+        "speedup": fin(speed.point) if accepted and speed else None,
+        "ci95": [speed.low, speed.high] if accepted and speed else None,
+        "ci95_rounds": [rounds_ci.low, rounds_ci.high] if accepted and rounds_ci else None,
+        "aa": {"speedup": fin(aa.point) if aa else None, "ci95": [aa.low, aa.high] if aa else None, "stable": stable},
+        "baseline_median_s": fin(stats.median(base)) if base else None,
+        "optimized_median_s": fin(stats.median(optimized)) if optimized else None,
+        "rounds": len(optimized),
+        "calls_per_sample": outcome.calls,
+        "billable": bool(accepted and stable and speed is not None and speed.low > 1.0),
+        "inputs": {"batch": batch, "seq": seq} if outcome.phase == "prefill"
+        else {"batch": batch, "cache_tokens": seq, "new_tokens": 1},
+        "correctness": {
+            "passed": outcome.verdict != "error" and not any(r.code.startswith("correctness.") for r in outcome.reasons),
+            "checked_calls": outcome.checked, "max_abs_err": fin(outcome.max_abs_err),
+            "worst_ratio": fin(outcome.worst_ratio), "atol": atol, "rtol": rtol,
+        },
+        "samples_s": {"baseline": base, "optimized": optimized, "aa": aa_samples},
+    }
