@@ -190,15 +190,31 @@ def run_model_pipeline(model_dir: Path, *, batch: int, seq: int, profile: str, d
     return PipelineOutcome(inventory=inventory, result=result, artifact=artifact.to_dict(), seconds=seconds)
 
 
+class _CallerAbort(Exception):
+    """An exception the caller's progress callback raised, carried through the fail-soft net."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 def end_to_end_audit(model_dir: Path, artifact: Any, *, batch: int, seq: int, device: str, profile: str, seed: int,
                      progress: Callable[[float, str], None]) -> dict[str, Any]:
     """The whole-forward audit (runners.modelaudit), fail-soft: the per-workload audit already
     stands on its own, so a failure here is recorded as {"error": ...} (and logged), not a failed run."""
     from runners.modelaudit import audit_model_forward
 
+    def reporting(fraction: float, message: str) -> None:
+        try:
+            progress(fraction, message)
+        except BaseException as exc:  # the caller stopping us (a cancelled run) is not our failure
+            raise _CallerAbort(exc) from exc
+
     try:
         return audit_model_forward(model_dir, artifact, batch=batch, seq=seq, device=device, profile=profile,
-                                   seed=seed, progress=progress)
+                                   seed=seed, progress=reporting)
+    except _CallerAbort as abort:
+        raise abort.cause from None
     except Exception as exc:
         # A task's time limit (Celery raises it as an ordinary Exception) must still stop the run.
         if type(exc).__name__ in ("SoftTimeLimitExceeded", "TimeLimitExceeded"):

@@ -95,3 +95,23 @@ def test_it_lets_a_task_time_limit_through_the_end_to_end_audit(monkeypatch, tmp
     with pytest.raises(SoftTimeLimitExceeded):
         end_to_end_audit(tmp_path, None, batch=2, seq=16, device="cpu", profile="cpu-ci", seed=1,
                          progress=lambda f, m: None)
+
+
+def test_it_lets_the_callers_own_stop_through_the_end_to_end_audit(monkeypatch, tmp_path):
+    """A cancelled run stops inside the end-to-end audit; the fail-soft net must not catch it."""
+    import runners.modelaudit
+    from runners.pipeline import end_to_end_audit
+
+    class RunCancelled(Exception):
+        pass
+
+    def reports_progress(*args, progress, **kwargs):
+        progress(0.5, "measuring")
+        return {"phases": []}
+
+    def cancelled(fraction, message):
+        raise RunCancelled()
+
+    monkeypatch.setattr(runners.modelaudit, "audit_model_forward", reports_progress)
+    with pytest.raises(RunCancelled):
+        end_to_end_audit(tmp_path, None, batch=2, seq=16, device="cpu", profile="cpu-ci", seed=1, progress=cancelled)

@@ -25,7 +25,9 @@ def test_it_runs_a_model_through_every_stage(start_worker, version):
     runner = Runner.objects.get(hostname=worker.name)
     assert runner.hardware == "cpu" and runner.fingerprint.get("torch")
     run = run_start(actor=actor, version=version, hardware="cpu", batch=2, seq=16)
-    wait_for(lambda: Run.objects.get(pk=run.pk).finished, timeout=120, what="the run to finish")
+    # Up to ~2 min more when the optimizer picks a whole-model compile (the end-to-end audit then
+    # compiles the model cold, on one core, for prefill and for decode).
+    wait_for(lambda: Run.objects.get(pk=run.pk).finished, timeout=300, what="the run to finish")
     run.refresh_from_db()
     assert run.status == "succeeded", (run.error, worker.log.read_text()[-3000:])
     assert run.worker == worker.name and run.progress == 1.0
@@ -41,6 +43,11 @@ def test_it_runs_a_model_through_every_stage(start_worker, version):
     assert run.result["schema"] == "dyno.suite-result/1" and run.model_ci_low <= run.model_speedup <= run.model_ci_high
     assert run.artifact["schema"] == "dyno.optimization-artifact/1" and len(run.artifact_sha256) == 64
     assert {r.verdict for r in rows} <= {"accepted", "rejected", "error"}
+    # The whole forward pass was audited too: prefill and (a Llama has a KV cache) decode.
+    end_to_end = run.result["model"]["end_to_end"]
+    assert "error" not in end_to_end, end_to_end
+    assert [p["phase"] for p in end_to_end["phases"]] == ["prefill", "decode"]
+    assert all(p["verdict"] in ("accepted", "rejected", "error") for p in end_to_end["phases"])
 
 
 def test_it_never_leaves_a_killed_workers_run_running(start_worker, version):
