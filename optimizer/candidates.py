@@ -269,7 +269,7 @@ _CPU_ORDER: dict[str, tuple[str, ...]] = {
 
 # The least a torch.compile'd call costs on CPU whatever it computes (dynamo's guard check,
 # inductor's wrapper, allocating the output): the compiled 8x64 rmsnorm took 40 us in process, and
-# the torch-compile reference point of every `cpu-ci` workload 65-300 us in the runner's sandbox,
+# the torch-compile reference point of every `cpu-ci` workload 53-530 us in the runner's sandbox,
 # on the 2-core development box (Xeon, torch 2.13, November 2026). A workload whose baseline is
 # already faster cannot gain from compiling, and a compile costs ~45 s of a search's budget in a
 # cold sandbox: the search skips such candidates without building them.
