@@ -142,6 +142,8 @@ DYNO_HARDWARE_CLASSES = env_list("DYNO_HARDWARE_CLASSES", ["cpu", "gpu-h100", "g
 DYNO_HEARTBEAT_SECONDS = env_int("DYNO_HEARTBEAT_SECONDS", 10, minimum=1)
 DYNO_RUN_STALE_SECONDS = env_int("DYNO_RUN_STALE_SECONDS", 120, minimum=2)
 DYNO_REAPER_SECONDS = env_int("DYNO_REAPER_SECONDS", 30, minimum=1)
+# A queued run nobody claimed (and nothing logged on) this long is sent to its queue again.
+DYNO_RUN_RESEND_SECONDS = env_int("DYNO_RUN_RESEND_SECONDS", 900, minimum=10)
 # Model runs: the tuning cache (JSON lines; a warm hit skips the search), how many of a model's
 # heaviest workloads a run tunes and audits, and the search budget per workload.
 DYNO_TUNING_CACHE = Path(env_str("DYNO_TUNING_CACHE", str(VAR_DIR / "tuning-cache.jsonl")))

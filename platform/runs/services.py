@@ -297,6 +297,26 @@ def runs_reap_stale(*, now=None, stale_seconds: int | None = None) -> list[str]:
     return reaped
 
 
+def runs_resend_unclaimed(*, now=None, after_seconds: int | None = None) -> list[str]:
+    """Send again the queued runs that no worker claimed and nothing touched for `after_seconds`.
+
+    A broker that restarts without persistence loses the messages it held, and their runs would
+    stay queued for good. Sending again is safe: the claim is a conditional update, so a run whose
+    first message is still in the queue is executed once and the other delivery finds it taken.
+    The re-send is logged on the run, which also spaces re-sends `after_seconds` apart."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=after_seconds or settings.DYNO_RUN_RESEND_SECONDS)
+    resent = []
+    for run in Run.objects.filter(status=Status.QUEUED, created_at__lt=cutoff).exclude(events__at__gte=cutoff):
+        run_log(run.pk, "no worker claimed this run for a while (a lost queue message?); sent to the queue again",
+                level="warning")
+        run_enqueue(run)
+        resent.append(str(run.pk))
+    if resent:
+        log.warning("re-sent %d unclaimed runs: %s", len(resent), ", ".join(resent))
+    return resent
+
+
 def runs_fail_held_by(*, worker: str) -> list[str]:
     """A worker that (re)starts holds nothing: whatever was running under its name died with it."""
     failed = []

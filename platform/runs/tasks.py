@@ -37,6 +37,7 @@ from runs.services import (
     run_progress,
     run_succeed,
     runs_reap_stale,
+    runs_resend_unclaimed,
 )
 from runs.status import FINISHED, Stage, Status
 
@@ -298,4 +299,5 @@ def _on_task_failure(sender=None, task_id=None, exception=None, args=None, **kwa
 
 @shared_task(name="runs.reap_stale")
 def reap_stale() -> list[str]:
+    runs_resend_unclaimed()
     return runs_reap_stale()

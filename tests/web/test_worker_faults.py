@@ -292,3 +292,31 @@ def test_a_run_past_its_soft_time_limit_fails_naming_its_stage(start_worker, sub
         assert run.status == "failed"
         assert run.error.startswith("stage audit exceeded its time limit of 3 s"), run.error
         assert not run.workload_results.exists()
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_a_queued_run_whose_message_was_lost_is_sent_again_and_runs_once(start_worker, submit, broker_clean):
+    """A broker without persistence restarts and forgets the queue: the reaper's sweep re-sends
+    runs nobody claimed, and a run is still executed exactly once."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runs.services import runs_resend_unclaimed
+
+    run = submit(HONEST)
+    wait_for(lambda: redis.Redis.from_url(broker_clean).llen("cpu") == 1, timeout=10, interval=0.1,
+             what="the run's message")
+    redis.Redis.from_url(broker_clean).flushdb()  # the message is gone; the row says queued
+    assert runs_resend_unclaimed(after_seconds=60) == []  # too recent to call lost
+    long_ago = timezone.now() - timedelta(minutes=10)
+    Run.objects.filter(pk=run.pk).update(created_at=long_ago)
+    RunEvent.objects.filter(run=run).update(at=long_ago)
+    assert runs_resend_unclaimed(after_seconds=60) == [str(run.pk)]
+    assert runs_resend_unclaimed(after_seconds=60) == []  # the re-send's own log entry spaces the next
+    start_worker()
+    wait_for(lambda: _finished(run), timeout=120, interval=0.5, what="the re-sent run")
+    run.refresh_from_db()
+    assert run.status == "succeeded" and run.attempts == 1
+    assert run.events.filter(message__contains="sent to the queue again").count() == 1
