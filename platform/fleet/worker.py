@@ -21,6 +21,14 @@ def device_fingerprint(queues: list[str]) -> dict:
     return environment_fingerprint("cuda" if gpu else "cpu")
 
 
+def executing_runs() -> set[str]:
+    """Ids of the runs this worker's pool is executing now (the main process tracks its requests)."""
+    from celery.worker import state
+
+    return {str(request.args[0]) for request in list(state.active_requests)
+            if request.name == "runs.execute" and request.args}
+
+
 def _beat(hostname: str) -> None:
     from fleet.services import runner_heartbeat
     from runs.services import runs_heartbeat
@@ -29,7 +37,7 @@ def _beat(hostname: str) -> None:
         try:
             close_old_connections()
             runner_heartbeat(hostname=hostname)
-            runs_heartbeat(worker=hostname)
+            runs_heartbeat(worker=hostname, executing=executing_runs())
         except Exception:
             log.exception("heartbeat of %s failed; retrying next interval", hostname)
 

@@ -327,5 +327,12 @@ def runs_fail_held_by(*, worker: str) -> list[str]:
     return failed
 
 
-def runs_heartbeat(*, worker: str) -> None:
-    Run.objects.filter(status=Status.RUNNING, worker=worker).update(heartbeat_at=timezone.now())
+def runs_heartbeat(*, worker: str, executing: set[str] | None = None) -> None:
+    """Keep alive the runs `worker` holds; with `executing`, only those it is executing now.
+
+    A run the worker holds but no longer executes (its task ended while the database was away,
+    so its outcome was never written) then goes stale, and the reaper fails it."""
+    runs = Run.objects.filter(status=Status.RUNNING, worker=worker)
+    if executing is not None:
+        runs = runs.filter(pk__in=list(executing))
+    runs.update(heartbeat_at=timezone.now())

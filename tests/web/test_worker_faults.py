@@ -320,3 +320,28 @@ def test_a_queued_run_whose_message_was_lost_is_sent_again_and_runs_once(start_w
     run.refresh_from_db()
     assert run.status == "succeeded" and run.attempts == 1
     assert run.events.filter(message__contains="sent to the queue again").count() == 1
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_the_heartbeat_keeps_alive_only_the_run_the_worker_is_executing(start_worker, submit):
+    """A run whose outcome was never written (its task ended while the database was away) is not
+    kept `running` by the worker's heartbeat: it goes stale and the reaper fails it."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runs.services import runs_reap_stale
+
+    worker = start_worker()
+    orphan = submit(HONEST)
+    Run.objects.filter(pk=orphan.pk).update(status="running", worker=worker.name, heartbeat_at=timezone.now() - timedelta(minutes=5))
+    live = submit(HONEST)
+    wait_for(lambda: Run.objects.get(pk=live.pk).status == "running", timeout=60, interval=0.1, what="the live run")
+    started = Run.objects.get(pk=live.pk).heartbeat_at
+    wait_for(lambda: Run.objects.get(pk=live.pk).heartbeat_at > started, timeout=10, interval=0.2,
+             what="a heartbeat for the executing run")
+    assert Run.objects.get(pk=orphan.pk).heartbeat_at < timezone.now() - timedelta(minutes=4)  # never refreshed
+    assert runs_reap_stale(stale_seconds=60) == [str(orphan.pk)]
+    wait_for(lambda: _finished(live), timeout=120, interval=0.5, what="the live run")
+    assert Run.objects.get(pk=live.pk).status == "succeeded"
