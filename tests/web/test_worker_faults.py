@@ -32,6 +32,9 @@ from ..conftest import wait_for
 ROOT = Path(__file__).resolve().parents[2]
 CHEATS = ROOT / "tests" / "runners" / "cheats"
 HONEST = "import torch\n\ndef kernel(x, weight):\n    return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps=1e-6)\n"
+# Honest, but 20 s to import (inside the harness's 60 s load timeout): a run that is surely still
+# busy when a test interrupts it.
+SLOW_IMPORT = "import time\ntime.sleep(20)\n" + HONEST
 
 
 @pytest.fixture
@@ -229,9 +232,9 @@ def test_a_run_the_broker_would_not_take_fails_instead_of_waiting_for_good(submi
 def test_a_broker_restart_mid_run_neither_loses_nor_doubles_the_result(start_worker, private_broker, submit,
                                                                        signing_key):
     worker = start_worker(CELERY_BROKER_URL=private_broker.url, DYNO_SIGNING_KEY_PATH=signing_key)
-    run = submit(HONEST)
+    run = submit(SLOW_IMPORT)  # surely mid-run when the broker goes
     wait_for(lambda: RunEvent.objects.filter(run=run, stage="audit").count() >= 2, timeout=60, interval=0.1,
-             what="the audit to be measuring")
+             what="the audit to be running")
     private_broker.stop()  # every queued message and unacknowledged delivery is gone with it
     time.sleep(1.0)
     private_broker.start()
@@ -267,9 +270,9 @@ def test_hanging_and_memory_hungry_candidates_end_as_verdicts_and_the_worker_ser
 @pytest.mark.django_db(transaction=True)
 def test_a_killed_pool_process_fails_its_run_and_the_worker_serves_on(start_worker, submit):
     worker = start_worker()
-    run = submit(HONEST)
+    run = submit(SLOW_IMPORT)  # still busy when the kill lands, however fast the machine
     wait_for(lambda: RunEvent.objects.filter(run=run, stage="audit").count() >= 2, timeout=60, interval=0.1,
-             what="the audit to be measuring")
+             what="the audit to be running")
     (pool,) = _pool_processes(worker)
     os.kill(pool, signal.SIGKILL)  # what the kernel's OOM killer does
     wait_for(lambda: _finished(run), timeout=30, interval=0.25, what="the run to be failed")
@@ -285,7 +288,8 @@ def test_a_killed_pool_process_fails_its_run_and_the_worker_serves_on(start_work
 @pytest.mark.django_db(transaction=True)
 def test_a_run_past_its_soft_time_limit_fails_naming_its_stage(start_worker, submit):
     start_worker(DYNO_RUN_SOFT_TIME_LIMIT_SECONDS=3, DYNO_RUN_HARD_TIME_LIMIT_SECONDS=60)
-    first, second = submit(HONEST), submit(HONEST)
+    # An honest rmsnorm audit alone can finish in under 3 s on a quiet machine.
+    first, second = submit(SLOW_IMPORT), submit(SLOW_IMPORT)
     wait_for(lambda: _finished(first, second), timeout=90, interval=0.5, what="both runs")
     for run in (first, second):  # the second shows the worker took the next job after the first's limit
         run.refresh_from_db()

@@ -74,3 +74,26 @@ def test_it_fails_the_run_a_restarted_worker_held(start_worker, version):
     start_worker(name=worker.name)
     run.refresh_from_db()
     assert run.status == "failed" and "restarted" in run.error
+
+
+def test_it_stops_a_cancelled_run_within_seconds_and_serves_the_next(start_worker, version):
+    from runs.models import RunEvent
+    from runs.services import audit_start, run_cancel
+
+    version, actor = version
+    worker = start_worker()
+    run = run_start(actor=actor, version=version, hardware="cpu", batch=2, seq=16)
+    wait_for(lambda: RunEvent.objects.filter(run=run, stage="optimize").exists(), timeout=120, interval=0.2,
+             what="the run to be optimizing")
+    assert run_cancel(actor=actor, run=Run.objects.get(pk=run.pk)) is True
+    # The worker notices at its next progress report (every tuning trial, every audit round).
+    wait_for(lambda: run.events.filter(message="stopped: the run was cancelled").exists(), timeout=30, interval=0.2,
+             what="the worker to stop the cancelled run")
+    run.refresh_from_db()
+    assert run.status == "cancelled" and not run.workload_results.exists() and run.result is None
+    following = audit_start(actor=actor, organization_id=version.organization_id, workload="rmsnorm", hardware="cpu",
+                            source="import torch.nn.functional as F\n\ndef kernel(x, w):\n"
+                                   "    return F.rms_norm(x, (x.shape[-1],), w, 1e-6)\n")
+    wait_for(lambda: Run.objects.get(pk=following.pk).finished, timeout=120, what="the next job")
+    following.refresh_from_db()
+    assert following.status == "succeeded" and following.worker == worker.name, following.error
