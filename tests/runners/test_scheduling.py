@@ -160,7 +160,9 @@ def test_it_gives_every_worker_the_same_fixed_allocator_thresholds(sandbox):
                 worker.call("release", timeout=60)
             faults.append(counts[-1])
         # Once warm (a few rounds) neither worker takes page faults per call on its outputs.
-        assert max(faults) < 64, faults  # a fresh 4 MiB mapping per call would be 4 x 1024
+        # A fresh 4 MiB mapping per call would be ~4 x 1024 faults a sample (measured ~3,000 without
+        # the fixed thresholds); a warm heap leaves a few pages at the edges (up to 64 seen).
+        assert max(faults) < 512, faults
     finally:
         for worker in workers:
             worker.close()
