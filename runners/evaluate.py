@@ -574,6 +574,72 @@ def _probe_cost(record: RunRecord, baseline: RunRecord, device: str) -> float:
     return max(record.cpu_run_ns - harness, 1000) / 1e9
 
 
+def _check_cpu_accounting(
+    outcome: _Outcome,
+    summary: dict[str, Any],
+    candidate: _Slot,
+    trusted: list[_Slot],
+    rounds: list[dict[str, RunRecord]],
+    protocol: Protocol,
+    reported: float,
+    *,
+    seed: int,
+    checked: bool,
+) -> None:
+    """CPU: within its reported interval a worker may use at most threads x interval of CPU; the
+    rest of its window's CPU must match what the harness costs the trusted workers.
+
+    Judged phase by phase, because a cheat's hidden work lands in one of them: in `run` (work the
+    timer does not see) or in `commit` (work deferred until the outputs are read). Each phase is
+    allowed its trusted cost plus a share of it, since the harness's own code runs slower in some
+    processes than in others. Preemption inflates wall time, never CPU time, so this holds on a
+    busy machine."""
+    cores = candidate.worker.sandbox.config.threads
+    bootstrap = {"resamples": protocol.bootstrap_resamples, "confidence": protocol.confidence}
+    harness_run = [
+        sum(r[s.label].cpu_run_ns - (r[s.label].cpu_timed_ns or 0) for s in trusted) / len(trusted) / 1e9 for r in rounds
+    ]
+    harness_commit = [
+        sum(r[s.label].cpu_window_ns - r[s.label].cpu_run_ns for s in trusted) / len(trusted) / 1e9 for r in rounds
+    ]
+    run_extra = [
+        (r["candidate"].cpu_run_ns - cores * r["candidate"].reported_ns) / 1e9 - cost for r, cost in zip(rounds, harness_run)
+    ]
+    commit_extra = [
+        (r["candidate"].cpu_window_ns - r["candidate"].cpu_run_ns) / 1e9 - cost for r, cost in zip(rounds, harness_commit)
+    ]
+    total = stats.median_ci(
+        [a + b for a, b in zip(run_extra, commit_extra)], seed=suite.derive_seed(seed, "cpu") & 0xFFFFFFFF, **bootstrap
+    )
+    summary["cpu_beyond_reported_s"] = [total.point, total.low, total.high]
+    phases = (
+        ("run", run_extra, stats.median(harness_run), protocol.cpu_slack_rel * cores * reported),
+        ("commit", commit_extra, stats.median(harness_commit), 0.0),
+    )
+    for phase, extra, harness, timed_slack in phases:
+        est = stats.median_ci(extra, seed=suite.derive_seed(seed, "cpu", phase) & 0xFFFFFFFF, **bootstrap)
+        allowed = protocol.cpu_slack_abs_s + timed_slack + protocol.cpu_slack_harness_rel * harness
+        summary[f"cpu_beyond_harness_{phase}_s"] = [est.point, est.low, est.high]
+        summary[f"cpu_harness_{phase}_s"] = harness
+        if checked and est.low > allowed:
+            where = (
+                f"than {cores} thread(s) can spend in the {reported * 1e3:.2f} ms it reported"
+                if phase == "run"
+                else "while the harness read its outputs"
+            )
+            outcome.fail(
+                [
+                    Reason(
+                        "timing.clock_mismatch",
+                        f"the candidate's process used {est.point * 1e3:.2f} ms more CPU per sample {where}, beyond "
+                        f"the harness's own cost ({harness * 1e3:.2f} ms; {allowed * 1e3:.2f} ms allowed): work "
+                        "outside the timer, or more threads than the protocol allows",
+                    )
+                ]
+            )
+            return
+
+
 def _judge_timing(
     outcome: _Outcome,
     slots: list[_Slot],
@@ -616,32 +682,9 @@ def _judge_timing(
                 ]
             )
         if not device.startswith("cuda") and all(r[s.label].cpu_timed_ns is not None for r in rounds for s in trusted):
-            # CPU: within its reported interval a worker may use at most threads x interval of CPU;
-            # the rest of its window's CPU must match what the harness costs the trusted workers.
-            # Preemption inflates wall time, never CPU time, so this holds on a busy machine.
-            cores = candidate.worker.sandbox.config.threads
-            cpu = [
-                (
-                    r["candidate"].cpu_window_ns
-                    - sum(r[s.label].cpu_window_ns - (r[s.label].cpu_timed_ns or 0) for s in trusted) / len(trusted)
-                    - cores * r["candidate"].reported_ns
-                )
-                / 1e9
-                for r in rounds
-            ]
-            cpu_est = stats.median_ci(cpu, seed=suite.derive_seed(seed, "cpu") & 0xFFFFFFFF, **bootstrap)
-            summary["cpu_beyond_reported_s"] = [cpu_est.point, cpu_est.low, cpu_est.high]
-            if not problems and cpu_est.low > protocol.cpu_slack_abs_s + protocol.cpu_slack_rel * cores * reported:
-                outcome.fail(
-                    [
-                        Reason(
-                            "timing.clock_mismatch",
-                            f"the candidate's process used {cpu_est.point * 1e3:.2f} ms more CPU per window than {cores} "
-                            f"thread(s) can spend in the {reported * 1e3:.2f} ms it reported, beyond the harness's own "
-                            "cost: work outside the timer, or more threads than the protocol allows",
-                        )
-                    ]
-                )
+            _check_cpu_accounting(
+                outcome, summary, candidate, trusted, rounds, protocol, reported, seed=seed, checked=not problems
+            )
     # Background work, round by round against the trusted workers of the same round: CPU while
     # the worker should be idle (a thread or process working between calls), and CPU while it
     # prepares inputs (work hidden there). Identical processes differ by up to ~30% in speed on
