@@ -55,6 +55,34 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+def env_time_limits(name: str, default: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    """`stage=SOFT/HARD,...` in whole seconds, e.g. `optimize=1800/2000,audit=1200/1400`.
+
+    Stages not named keep their default; each hard limit must exceed its soft one."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return dict(default)
+    limits = dict(default)
+    for item in (part.strip() for part in raw.split(",")):
+        if not item:
+            continue
+        stage, _, pair = item.partition("=")
+        soft, _, hard = pair.partition("/")
+        stage = stage.strip()
+        if stage not in default:
+            raise ImproperlyConfigured(f"{name}: unknown stage {stage!r}; use one of {', '.join(default)}.")
+        try:
+            values = int(soft), int(hard)
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name}: {item!r} is not STAGE=SOFT/HARD in whole seconds (e.g. {stage}=1800/2000).") from None
+        if values[0] < 1 or values[1] <= values[0]:
+            raise ImproperlyConfigured(
+                f"{name}: {item!r}: the soft limit must be at least 1 s and the hard limit must exceed it.")
+        limits[stage] = values
+    return limits
+
+
 @dataclass(frozen=True)
 class DatabaseUrl:
     engine: str

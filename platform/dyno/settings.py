@@ -11,7 +11,7 @@ from pathlib import Path
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
-from dyno.env import env_bool, env_choice, env_int, env_list, env_str, parse_database_url
+from dyno.env import env_bool, env_choice, env_int, env_list, env_str, env_time_limits, parse_database_url
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 VAR_DIR = Path(env_str("DYNO_VAR_DIR", str(BASE_DIR / "var")))
@@ -149,10 +149,16 @@ DYNO_RUN_RESEND_SECONDS = env_int("DYNO_RUN_RESEND_SECONDS", 900, minimum=10)
 DYNO_TUNING_CACHE = Path(env_str("DYNO_TUNING_CACHE", str(VAR_DIR / "tuning-cache.jsonl")))
 DYNO_RUN_WORKLOAD_LIMIT = env_int("DYNO_RUN_WORKLOAD_LIMIT", 6, minimum=1)
 DYNO_TUNE_BUDGET_SECONDS = env_int("DYNO_TUNE_BUDGET_SECONDS", 20, minimum=1)
-# Time limits of one run, read by the worker that executes it: past the soft limit the run fails
-# naming the stage it was in; past the hard limit the pool process is killed and the worker fails
-# the run. Transient infrastructure errors (database or broker unreachable) are retried this many
-# times with backoff; anything else ends the run on the first try.
+# Time limits, read by the worker that executes a run: each stage has its own soft and hard limit
+# (DYNO_STAGE_TIME_LIMITS, "stage=SOFT/HARD,..." in seconds, restarted as the run enters the
+# stage), and the whole run has one more. Past a soft limit the run fails naming its stage; past a
+# hard one the pool process is killed and the run failed with it. Transient infrastructure errors
+# (database or broker unreachable) are retried this many times with backoff; anything else ends
+# the run on the first try.
+DYNO_STAGE_TIME_LIMITS = env_time_limits(
+    "DYNO_STAGE_TIME_LIMITS",
+    {"profile": (600, 660), "optimize": (2400, 2520), "audit": (2400, 2520), "store": (300, 360)},
+)
 DYNO_RUN_SOFT_TIME_LIMIT_SECONDS = env_int("DYNO_RUN_SOFT_TIME_LIMIT_SECONDS", 3600, minimum=1)
 DYNO_RUN_HARD_TIME_LIMIT_SECONDS = env_int("DYNO_RUN_HARD_TIME_LIMIT_SECONDS", 3900, minimum=2)
 if DYNO_RUN_HARD_TIME_LIMIT_SECONDS <= DYNO_RUN_SOFT_TIME_LIMIT_SECONDS:

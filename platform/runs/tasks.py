@@ -2,8 +2,9 @@
 
 Safe to deliver twice: the claim is a conditional update, so a duplicate finds the run no longer
 queued and returns. One device measures one thing at a time (a lock per device). Time limits come
-from settings: past the soft limit the run fails naming its stage; past the hard limit the pool
-process is killed and the worker's main process fails the run (`run_execute_failed`). Only
+from settings, per stage (runs.limits) and for the whole run: past a soft limit the run fails
+naming its stage; past a hard one the pool process is killed and the run is failed, by the stage
+clock or by the worker's main process (`run_execute_failed`). Only
 transient infrastructure errors (database or broker unreachable) are retried, a bounded number
 of times; a measurement already made is stored again, never measured again.
 """
@@ -28,6 +29,7 @@ from celery.signals import task_failure, worker_ready
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
+from runs.limits import StageClock
 from runs.models import Run, RunKind
 from runs.services import (
     RunCancelled,
@@ -95,13 +97,15 @@ def check_fingerprint(worker: str, device: str) -> None:
 # --- time limits and retries --------------------------------------------------------------------
 
 
-def time_limit_error(stage: str, *, seconds: int, hard: bool = False) -> str:
+def time_limit_error(stage: str, *, seconds: int, hard: bool = False, per_stage: bool = False) -> str:
     """What a run that ran out of time says, for the customer and the operator alike."""
+    setting = ("DYNO_STAGE_TIME_LIMITS" if per_stage
+               else "DYNO_RUN_HARD_TIME_LIMIT_SECONDS" if hard else "DYNO_RUN_SOFT_TIME_LIMIT_SECONDS")
+    what = f"stage {stage} exceeded" if per_stage else f"the run, in stage {stage}, exceeded"
     if hard:
-        return (f"stage {stage} exceeded the hard time limit of {seconds} s and its process was killed "
-                "(DYNO_RUN_HARD_TIME_LIMIT_SECONDS).")
-    return (f"stage {stage} exceeded its time limit of {seconds} s (DYNO_RUN_SOFT_TIME_LIMIT_SECONDS); "
-            "the run was stopped. Start it with a smaller batch or sequence, or ask an operator to raise the limit.")
+        return f"{what} the hard time limit of {seconds} s and its process was killed ({setting})."
+    return (f"{what} its time limit of {seconds} s ({setting}); the run was stopped. Start it with a "
+            "smaller batch or sequence, or ask an operator to raise the limit.")
 
 
 def backoff_seconds(attempt: int) -> float:
@@ -211,8 +215,19 @@ def run_execute(self, run_id: str) -> None:
         return
     state = RunState()
 
+    def fail_hard(stage: str, seconds: int) -> None:  # from the stage clock's watchdog thread
+        try:
+            run_fail(run_id=run_id, worker=worker, error=time_limit_error(stage, seconds=seconds, hard=True,
+                                                                         per_stage=True))
+        finally:
+            connection.close()
+
+    clock = StageClock(settings.DYNO_STAGE_TIME_LIMITS, on_hard=fail_hard)
+
     def progress(fraction: float, message: str, stage: str) -> None:
         state.stage = stage or state.stage
+        clock.enter(state.stage)
+        clock.check()
         try:
             run_progress(run_id=run_id, worker=worker, fraction=fraction, message=message, stage=stage)
         except TRANSIENT as exc:  # progress is advisory: measuring goes on, the store retries
@@ -226,21 +241,29 @@ def run_execute(self, run_id: str) -> None:
             log.exception("run %s: could not record its failure (%s); the reaper will", run_id, error)
 
     try:
-        run = Run.objects.select_related("model_version").get(pk=run_id)
-        device = device_for(run.hardware)
-        with device_lock(device):
-            check_fingerprint(worker, device)
-            execute = _execute_audit if run.kind == RunKind.AUDIT else _execute_model
-            outcome = execute(run, device, progress)
-        progress(0.97, "storing results", Stage.STORE)
-        stored = with_retries(lambda: run_succeed(run_id=run_id, worker=worker, **outcome), what="store",
-                              run_id=run_id)
+        with clock:
+            run = Run.objects.select_related("model_version").get(pk=run_id)
+            state.stage = Stage.AUDIT if run.kind == RunKind.AUDIT else Stage.PROFILE
+            clock.enter(state.stage)
+            device = device_for(run.hardware)
+            with device_lock(device):
+                check_fingerprint(worker, device)
+                execute = _execute_audit if run.kind == RunKind.AUDIT else _execute_model
+                outcome = execute(run, device, progress)
+            progress(0.97, "storing results", Stage.STORE)
+            stored = with_retries(lambda: run_succeed(run_id=run_id, worker=worker, **outcome), what="store",
+                                  run_id=run_id)
         if not stored:
             log.info("run %s finished but was cancelled or taken meanwhile; result dropped", run_id)
     except RunCancelled:
         run_log(run_id, "stopped: the run was cancelled", level="warning")
     except SoftTimeLimitExceeded:
-        fail(time_limit_error(state.stage, seconds=settings.DYNO_RUN_SOFT_TIME_LIMIT_SECONDS))
+        connection.close()  # the limit may have interrupted a query; start the failure on a fresh one
+        if clock.expired:
+            stage, seconds = clock.expired
+            fail(time_limit_error(stage, seconds=seconds, per_stage=True))
+        else:
+            fail(time_limit_error(state.stage, seconds=settings.DYNO_RUN_SOFT_TIME_LIMIT_SECONDS))
     except DeviceChanged as exc:
         log.error("run %s refused: %s", run_id, exc)
         fail(str(exc))

@@ -185,7 +185,8 @@ def test_a_run_whose_process_was_killed_or_timed_out_is_failed_naming_its_stage(
     assert not run_execute_failed(run_id=str(hard.pk), exception=TimeLimitExceeded(90.0))  # already failed
     hard.refresh_from_db()
     assert hard.status == "failed"
-    assert hard.error.startswith("stage audit exceeded the hard time limit of 90 s and its process was killed")
+    assert hard.error.startswith("the run, in stage audit, exceeded the hard time limit of 90 s and its process was killed")
+    assert "(DYNO_RUN_HARD_TIME_LIMIT_SECONDS)" in hard.error
     # The worker's main process hears of a dead pool process through Celery's task_failure signal.
     task = SimpleNamespace(name="runs.execute")
     _on_task_failure(sender=task, exception=WorkerLostError("Worker exited prematurely: signal 9 (SIGKILL)"),
@@ -197,8 +198,13 @@ def test_a_run_whose_process_was_killed_or_timed_out_is_failed_naming_its_stage(
     assert Run.objects.get(pk=other.pk).status == "running"  # another task's failure is not this run's
 
 
-def test_the_soft_limit_message_names_the_stage_and_the_limit():
-    assert time_limit_error("optimize", seconds=3600).startswith("stage optimize exceeded its time limit of 3600 s")
+def test_the_time_limit_messages_name_the_stage_the_limit_and_its_setting():
+    assert time_limit_error("optimize", seconds=3600).startswith(
+        "the run, in stage optimize, exceeded its time limit of 3600 s (DYNO_RUN_SOFT_TIME_LIMIT_SECONDS)")
+    assert time_limit_error("audit", seconds=30, per_stage=True).startswith(
+        "stage audit exceeded its time limit of 30 s (DYNO_STAGE_TIME_LIMITS)")
+    assert time_limit_error("audit", seconds=40, hard=True, per_stage=True) == (
+        "stage audit exceeded the hard time limit of 40 s and its process was killed (DYNO_STAGE_TIME_LIMITS).")
 
 
 def test_it_refuses_a_hard_limit_that_does_not_exceed_the_soft_one():
@@ -286,15 +292,20 @@ def test_a_killed_pool_process_fails_its_run_and_the_worker_serves_on(start_work
 
 @pytest.mark.integration
 @pytest.mark.django_db(transaction=True)
-def test_a_run_past_its_soft_time_limit_fails_naming_its_stage(start_worker, submit):
-    start_worker(DYNO_RUN_SOFT_TIME_LIMIT_SECONDS=3, DYNO_RUN_HARD_TIME_LIMIT_SECONDS=60)
+@pytest.mark.parametrize("limits, expected", [
+    ({"DYNO_RUN_SOFT_TIME_LIMIT_SECONDS": 3, "DYNO_RUN_HARD_TIME_LIMIT_SECONDS": 60},
+     "the run, in stage audit, exceeded its time limit of 3 s (DYNO_RUN_SOFT_TIME_LIMIT_SECONDS)"),
+    ({"DYNO_STAGE_TIME_LIMITS": "audit=3/60"}, "stage audit exceeded its time limit of 3 s (DYNO_STAGE_TIME_LIMITS)"),
+], ids=["run", "stage"])
+def test_a_run_past_a_soft_time_limit_fails_naming_its_stage(start_worker, submit, limits, expected):
+    start_worker(**limits)
     # An honest rmsnorm audit alone can finish in under 3 s on a quiet machine.
     first, second = submit(SLOW_IMPORT), submit(SLOW_IMPORT)
     wait_for(lambda: _finished(first, second), timeout=90, interval=0.5, what="both runs")
     for run in (first, second):  # the second shows the worker took the next job after the first's limit
         run.refresh_from_db()
         assert run.status == "failed"
-        assert run.error.startswith("stage audit exceeded its time limit of 3 s"), run.error
+        assert run.error.startswith(expected), run.error
         assert not run.workload_results.exists()
 
 
