@@ -24,7 +24,7 @@ from fleet.models import Runner
 from fleet.services import queue_depths
 from runs.models import Run
 from runs.selectors import run_get, run_list
-from runs.services import PROFILES, RunRejected, audit_start, run_cancel, run_start
+from runs.services import PROFILES, RunRejected, audit_start, run_cancel, run_cancel_refusal, run_start
 from runs.status import Status
 
 
@@ -155,7 +155,8 @@ def runs(request: HttpRequest) -> HttpResponse:
 def run_detail(request: HttpRequest, run_id) -> HttpResponse:
     actor = _actor(request)
     run = run_get(actor=actor, run_id=run_id)
-    return render(request, "front/run_detail.html", {"run": run, "can_write": actor.can_write(run.organization_id)})
+    return render(request, "front/run_detail.html",
+                  {"run": run, "can_cancel": run_cancel_refusal(actor=actor, run=run) is None})
 
 
 @login_required

@@ -267,9 +267,25 @@ def _reaudit_ended(run_id, error: str) -> None:
     reaudit_run_ended(run_id=run_id, error=error)
 
 
-def run_cancel(*, actor: Actor, run: Run) -> bool:
+def run_cancel_refusal(*, actor: Actor, run: Run) -> str | None:
+    """Why `actor` may not cancel `run`, or None if they may.
+
+    A re-audit run (asked for by an auditor or by a customer's dispute) measures a result someone
+    contests: neither party may withdraw it half-way, so only an operator can stop one."""
+    if Run.objects.filter(pk=run.pk, reaudit_request__isnull=False).exists():
+        if actor.is_staff:
+            return None
+        return ("this run re-audits a signed report (for an auditor or a dispute), and only an operator can "
+                "stop it: a contested measurement is not withdrawn by either party.")
     if not actor.can_write(run.organization_id):
-        raise RunRejected("your role cannot cancel runs.")
+        return "your role cannot cancel runs."
+    return None
+
+
+def run_cancel(*, actor: Actor, run: Run) -> bool:
+    refusal = run_cancel_refusal(actor=actor, run=run)
+    if refusal:
+        raise RunRejected(refusal)
     if run.status in FINISHED:
         raise RunRejected(f"the run already {run.status}; there is nothing to cancel.")
     with transaction.atomic():

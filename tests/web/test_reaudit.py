@@ -17,7 +17,7 @@ from reports.selectors import runs_missing_report
 from reports.services import reaudit_dispatch, reaudit_request, report_create_for_run, report_dispute, reports_sweep
 from reports.tasks import report_create
 from runs.models import Run, RunKind
-from runs.services import run_cancel, run_claim, run_fail, run_succeed
+from runs.services import RunRejected, run_cancel, run_claim, run_fail, run_succeed
 from runs.status import Stage, Status
 from tests.reports.builders import FINISHED_AT, synthetic_result
 
@@ -196,11 +196,15 @@ def test_a_failed_or_cancelled_reaudit_run_fails_its_request_and_leaves_the_disp
     dispute.refresh_from_db()
     assert dispute.reaudit.status == "failed" and "sandbox could not start" in dispute.reaudit.error
     assert dispute.status == "open"
-    # Cancelled by the customer: the same.
+    # The customer whose report it re-audits cannot withdraw it half-way; an operator can, and the
+    # request then fails the same way.
     with django_capture_on_commit_callbacks(execute=False):
         again = reaudit_request(actor=_auditor(people), report=report, reason="again")
         run = reaudit_dispatch(request_id=again.pk)
-    run_cancel(actor=owner, run=run)
+    with pytest.raises(RunRejected, match="only an operator can stop it"):
+        run_cancel(actor=owner, run=run)
+    assert Run.objects.get(pk=run.pk).status == "queued"
+    run_cancel(actor=Actor(is_staff=True), run=run)
     again.refresh_from_db()
     assert again.status == "failed" and "cancelled" in again.error
 
