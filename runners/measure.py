@@ -325,17 +325,19 @@ def _on_fresh_pages(tensor: torch.Tensor) -> torch.Tensor:
     return fresh
 
 
-def _candidate_fault(exc: BaseException, *, during: str, import_phase: bool = False) -> WorkerFault:
+def candidate_fault(exc: BaseException, *, during: str, import_phase: bool = False,
+                    code: str | None = None) -> WorkerFault:
+    """The fault a worker reports for `exc`, raised `during` a step. Running out of memory is
+    `sandbox.memory_limit` whatever the step; otherwise `code` where the caller names one (the model
+    audit, whose steps are not all the candidate's), else a code by what was raised and where."""
     text = f"{type(exc).__name__}: {exc}"
     lowered = text.lower()
     if isinstance(exc, MemoryError) or "out of memory" in lowered or "can't allocate memory" in lowered:
         code = "sandbox.memory_limit"
-    elif isinstance(exc, SystemExit):
+    elif code is None and isinstance(exc, SystemExit):
         code = "sandbox.exit"
-    elif import_phase:
-        code = "sandbox.import_error"
-    else:
-        code = "sandbox.candidate_exception"
+    elif code is None:
+        code = "sandbox.import_error" if import_phase else "sandbox.candidate_exception"
     return WorkerFault(code, f"{during}: {text}"[:2000], traceback.format_exc()[-8000:])
 
 
@@ -382,7 +384,7 @@ class ChildRunner:
             sys.modules[name] = module
             module_spec.loader.exec_module(module)
         except BaseException as exc:
-            raise _candidate_fault(exc, during="importing the candidate", import_phase=True) from None
+            raise candidate_fault(exc, during="importing the candidate", import_phase=True) from None
         kernel = getattr(module, "kernel", None)
         if not callable(kernel):
             raise WorkerFault("sandbox.no_kernel", "the module defines no callable `kernel(*inputs)`")
@@ -410,7 +412,7 @@ class ChildRunner:
             with torch.no_grad():
                 return self.kernel(*args)
         except BaseException as exc:
-            raise _candidate_fault(exc, during=during) from None
+            raise candidate_fault(exc, during=during) from None
 
     def _sync(self) -> None:
         if self.device.startswith("cuda"):
@@ -506,7 +508,7 @@ class ChildRunner:
                     t1 = time.perf_counter_ns()
                     c1 = time.process_time_ns()
                 except BaseException as exc:
-                    raise _candidate_fault(exc, during="a timed call") from None
+                    raise candidate_fault(exc, during="a timed call") from None
             # Process CPU over the timed interval: the parent trusts it from trusted workers only,
             # to learn how much CPU the harness itself spends around the timer.
             reply.update(t0=t0, t1=t1, cpu_timed_ns=c1 - c0)
@@ -557,7 +559,7 @@ class ChildRunner:
                     h1 = time.perf_counter_ns()
                     calls.append([h0, h1, 0.0])
             except BaseException as exc:
-                raise _candidate_fault(exc, during="a timed call") from None
+                raise candidate_fault(exc, during="a timed call") from None
         for call, start, end in zip(calls, starts, ends):
             call[2] = start.elapsed_time(end) / 1e3
         return calls

@@ -15,7 +15,6 @@ import gc
 import math
 import os
 import time
-import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,7 +24,7 @@ import numpy as np
 import torch
 
 from runners import measure, result, stats, suite, verify
-from runners.measure import Protocol, RunRecord
+from runners.measure import Protocol, RunRecord, candidate_fault
 from runners.modelload import load_model, read_config  # before transformers: it makes the hub offline
 from runners.sandbox import Sandbox, SandboxConfig, SandboxError, Worker, WorkerFault
 from runners.verify import Reason
@@ -74,13 +73,6 @@ class ModelAuditError(RuntimeError):
 
 # --------------------------------------------------------------------------------------------
 # Worker side: serves the parent's requests inside a sandboxed worker (see runners.sandbox).
-
-
-def _fault(exc: BaseException, *, during: str, code: str) -> WorkerFault:
-    text = f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, MemoryError) or "out of memory" in text.lower():
-        code = "sandbox.memory_limit"
-    return WorkerFault(code, f"{during}: {text}"[:2000], traceback.format_exc()[-8000:])
 
 
 def _logits(out: Any) -> torch.Tensor:
@@ -162,7 +154,7 @@ class ModelRunner:
         try:
             model, config = load_model(Path(header["model_dir"]), device=self.device)
         except BaseException as exc:
-            raise _fault(exc, during="loading the model", code="harness.error") from None
+            raise candidate_fault(exc, during="loading the model", code="harness.error") from None
         seconds["load"] = time.perf_counter() - started
         if header.get("artifact") is not None:
             from optimizer.model import apply
@@ -170,14 +162,14 @@ class ModelRunner:
             try:
                 apply(model, header["artifact"])
             except BaseException as exc:
-                raise _fault(exc, during="applying the optimization artifact", code="sandbox.import_error") from None
+                raise candidate_fault(exc, during="applying the optimization artifact", code="sandbox.import_error") from None
         if header.get("transform"):
             try:
                 namespace: dict[str, Any] = {"__name__": "dyno_model_transform"}
                 exec(compile(header["transform"], "model_transform.py", "exec"), namespace)
                 model = namespace["transform"](model) or model
             except BaseException as exc:
-                raise _fault(exc, during="the model transform", code="sandbox.import_error") from None
+                raise candidate_fault(exc, during="the model transform", code="sandbox.import_error") from None
         params = inspect.signature(model.forward).parameters
         self.cache_arg = next((name for name in ("cache", "past_key_values") if name in params), None)
         self.takes_mask = "attention_mask" in params
@@ -208,7 +200,7 @@ class ModelRunner:
             with torch.no_grad():
                 return self.model(**kwargs)
         except BaseException as exc:
-            raise _fault(exc, during=during, code="sandbox.candidate_exception") from None
+            raise candidate_fault(exc, during=during, code="sandbox.candidate_exception") from None
 
     def _mask(self, batch: int, length: int) -> dict[str, torch.Tensor]:
         return {"attention_mask": torch.ones(batch, length, dtype=torch.long, device=self.device)} if self.takes_mask else {}
@@ -281,7 +273,7 @@ class ModelRunner:
                     c1 = time.process_time_ns()
                     reply.update(t0=t0, t1=t1, cpu_timed_ns=c1 - c0)
             except BaseException as exc:
-                raise _fault(exc, during="a timed forward", code="sandbox.candidate_exception") from None
+                raise candidate_fault(exc, during="a timed forward", code="sandbox.candidate_exception") from None
         self.pending = results
         return reply, []
 

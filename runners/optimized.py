@@ -51,8 +51,8 @@ class TuningRecord:
 
 
 def hardware_label(fingerprint: dict[str, Any]) -> str:
-    """The tuning cache's hardware key. It must read exactly as the model pipeline's, so a suite
-    run and a model run on the same runner share their tuning decisions."""
+    """The tuning cache's hardware key, for suite runs and model runs alike, so both share their
+    tuning decisions on the same runner."""
     return f"{fingerprint.get('device_name')}:{fingerprint.get('cpu_model')}:{fingerprint.get('threads')}t"
 
 
@@ -71,10 +71,14 @@ def tune_specs(
     device: str,
     cache_path: Path,
     budget_s: float,
+    hardware: str | None = None,
     progress: Progress | None = None,
 ) -> tuple[dict[str, str], list[TuningRecord]]:
     """Tune each spec through a `SandboxEvaluator`: a warm cache entry for its shape bucket
-    answers without a search. Returns the chosen sources by spec key, and one record per spec."""
+    answers without a search. Returns the chosen sources by spec key, and one record per spec.
+
+    `hardware` is the cache's hardware key (default: this runner's `hardware_label`), for a caller
+    that uses the same key again after tuning."""
     from optimizer.cache import JsonlTuningCache
     from optimizer.search import tune_workload
     from runners.evaluate import SandboxEvaluator
@@ -83,7 +87,7 @@ def tune_specs(
     if budget_s <= 0:
         raise ValueError(f"the tuning budget must be positive, got {budget_s} s")
     cache = JsonlTuningCache(cache_path)
-    hardware = hardware_label(environment_fingerprint(device))
+    hardware = hardware or hardware_label(environment_fingerprint(device))
     sources: dict[str, str] = {}
     records: list[TuningRecord] = []
     for index, spec in enumerate(specs):

@@ -139,9 +139,9 @@ def run_model_pipeline(model_dir: Path, *, batch: int, seq: int, profile: str, d
                        tune_budget_s: float = 20.0) -> PipelineOutcome:
     from optimizer.cache import JsonlTuningCache
     from optimizer.model import optimize_model
-    from optimizer.search import tune_workload
-    from runners.evaluate import SandboxEvaluator, audit_specs
+    from runners.evaluate import audit_specs
     from runners.fingerprint import environment_fingerprint
+    from runners.optimized import hardware_label, tune_specs
     from runners.profile import profile_model
 
     def part(span: tuple[float, float], stage: str) -> Callable[[float, str], None]:
@@ -155,23 +155,17 @@ def run_model_pipeline(model_dir: Path, *, batch: int, seq: int, profile: str, d
     planned, unsupported = plan_workloads(inventory, profile=profile, limit=workload_limit)
     timing = inventory.get("instrumented_time_s") or {}
     total = float(timing.get("classified", 0.0)) + float(timing.get("unclassified", 0.0))
-    cache = JsonlTuningCache(tuning_cache)
-    hardware = _hardware_label(environment_fingerprint(device))
+    hardware = hardware_label(environment_fingerprint(device))
     optimize = part(_OPTIMIZE, "optimize")
-    sources: dict[str, str] = {}
-    tuning: list[dict[str, Any]] = []
+    tuned_share = len(planned) / (len(planned) + 1)  # the last slot of the stage is the artifact's
     started = time.monotonic()
-    for index, w in enumerate(planned):
-        optimize(index / max(1, len(planned) + 1), f"tuning {w.key}")
-        with SandboxEvaluator(w.spec, device=device) as evaluator:
-            tuned = tune_workload(w.spec.name, w.spec.family, w.spec.shape, w.spec.dtype, evaluator,
-                                  device=device, cache=cache, time_budget_s=tune_budget_s, hardware=hardware)
-        sources[w.key] = tuned.chosen.source
-        tuning.append({"key": w.key, "candidate": tuned.chosen.name, "cache_hit": tuned.cache_hit,
-                       "seconds": tuned.seconds_spent, "trials": len(tuned.trials)})
-        optimize((index + 1) / (len(planned) + 1),
-                 f"{w.key}: chose {tuned.chosen.name} ({'cache hit' if tuned.cache_hit else f'{len(tuned.trials)} trials'})")
-    artifact = optimize_model(model_dir, batch=batch, seq=seq, device=device, cache=cache, hardware=hardware)
+    sources, records = tune_specs([w.spec for w in planned], device=device, cache_path=tuning_cache,
+                                  budget_s=tune_budget_s, hardware=hardware,
+                                  progress=lambda f, m: optimize(f * tuned_share, m))
+    tuning = [{"key": r.key, "candidate": r.candidate, "cache_hit": r.cache_hit, "seconds": r.seconds,
+               "trials": r.trials} for r in records]
+    artifact = optimize_model(model_dir, batch=batch, seq=seq, device=device, cache=JsonlTuningCache(tuning_cache),
+                              hardware=hardware)
     optimize(1.0, f"optimization artifact: strategy {artifact.strategy}")
     seconds["optimize"] = time.monotonic() - started
 
@@ -221,7 +215,3 @@ def end_to_end_audit(model_dir: Path, artifact: Any, *, batch: int, seq: int, de
             raise
         log.exception("end-to-end audit of %s failed", model_dir)
         return {"error": f"{type(exc).__name__}: {exc}"[:2000]}
-
-
-def _hardware_label(fingerprint: dict[str, Any]) -> str:
-    return f"{fingerprint.get('device_name')}:{fingerprint.get('cpu_model')}:{fingerprint.get('threads')}t"

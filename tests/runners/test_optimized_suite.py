@@ -99,10 +99,27 @@ def test_it_refuses_a_tuning_cache_it_cannot_write_before_tuning(tmp_path):
     assert proc.returncode == 2 and f"cannot use tuning cache {blocker / 'cache.jsonl'}" in proc.stderr
 
 
-def test_it_keys_the_tuning_cache_like_the_model_pipeline():
-    # Suite runs and model runs on one runner share their tuning decisions only if the labels agree.
+def test_it_keys_the_tuning_cache_like_the_model_pipeline(monkeypatch, tmp_path):
+    """Suite runs and model runs on one runner share their tuning decisions: the pipeline tunes under
+    the label a suite run computes, which stays put between runs on one machine."""
+    import runners.profile
+
+    class Tuned(Exception):
+        pass
+
+    def tune_specs(specs, *, hardware, **kwargs):
+        raise Tuned(hardware)
+
+    monkeypatch.setattr(runners.profile, "profile_model", lambda *args, **kwargs: {"workloads": []})
+    monkeypatch.setattr(optimized, "tune_specs", tune_specs)
+    with pytest.raises(Tuned) as tuned:
+        pipeline.run_model_pipeline(tmp_path, batch=1, seq=8, profile="cpu-ci", device="cpu",
+                                    tuning_cache=tmp_path / "tuning.jsonl", progress=lambda *args: None)
     fingerprint = environment_fingerprint("cpu")
-    assert optimized.hardware_label(fingerprint) == pipeline._hardware_label(fingerprint)
+    assert tuned.value.args[0] == optimized.hardware_label(fingerprint)
+    later = {**fingerprint, "hostname": "elsewhere", "load_average": [9.0, 9.0, 9.0]}
+    assert optimized.hardware_label(later) == optimized.hardware_label(fingerprint)
+    assert optimized.hardware_label({**fingerprint, "threads": 999}) != optimized.hardware_label(fingerprint)
 
 
 def test_it_selects_the_profile_specs_in_profile_order_and_names_unknown_workloads():
