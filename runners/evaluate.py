@@ -621,6 +621,7 @@ def _check_cpu_accounting(
         allowed = protocol.cpu_slack_abs_s + timed_slack + protocol.cpu_slack_harness_rel * harness
         summary[f"cpu_beyond_harness_{phase}_s"] = [est.point, est.low, est.high]
         summary[f"cpu_harness_{phase}_s"] = harness
+        summary[f"cpu_allowed_{phase}_s"] = allowed
         if checked and est.low > allowed:
             where = (
                 f"than {cores} thread(s) can spend in the {reported * 1e3:.2f} ms it reported"
