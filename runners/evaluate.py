@@ -612,11 +612,12 @@ def _check_cpu_accounting(
         [a + b for a, b in zip(run_extra, commit_extra)], seed=suite.derive_seed(seed, "cpu") & 0xFFFFFFFF, **bootstrap
     )
     summary["cpu_beyond_reported_s"] = [total.point, total.low, total.high]
-    phases = (
-        ("run", run_extra, stats.median(harness_run), protocol.cpu_slack_rel * cores * reported),
-        ("commit", commit_extra, stats.median(harness_commit), 0.0),
-    )
-    for phase, extra, harness, timed_slack in phases:
+    # Each phase may also exceed by a share of the reported time: the harness's code runs on colder
+    # caches after a long or sleeping sample (measured: +0.3-1 ms on a 0.9 ms commit after 75 ms
+    # of sleep). A cheat that defers its work has a short reported time, so gains nothing by it.
+    timed_slack = protocol.cpu_slack_rel * cores * reported
+    phases = (("run", run_extra, stats.median(harness_run)), ("commit", commit_extra, stats.median(harness_commit)))
+    for phase, extra, harness in phases:
         est = stats.median_ci(extra, seed=suite.derive_seed(seed, "cpu", phase) & 0xFFFFFFFF, **bootstrap)
         allowed = protocol.cpu_slack_abs_s + timed_slack + protocol.cpu_slack_harness_rel * harness
         summary[f"cpu_beyond_harness_{phase}_s"] = [est.point, est.low, est.high]
