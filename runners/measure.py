@@ -1,30 +1,24 @@
-"""Measurement: the protocol parameters, input pools with secret offsets, timed runs and their checks.
+"""Measurement: the protocol parameters, and the pieces of a timed sample the whole-model audit
+shares with kernel audits (settling, the CPU ledger, commitments, physical floors).
 
-The worker side (`ChildRunner`) times calls next to the candidate; the parent side treats what it
-reports as a claim and checks it against its own clock, the kernel's CPU accounting, committed
-output checksums, and the trusted baseline workers measured in the same rounds.
+Kernel audits time through `runners.audit`; the whole-model audit (`runners.modelaudit`) drives
+`timed_run` against its own worker.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
-import importlib.util
 import math
-import mmap
 import os
-import secrets
-import sys
-import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
-import numpy as np
 import torch
 
-from runners import suite, verify
+from runners import suite
+from runners.audit.sample import sample_time
 from runners.sandbox import WorkerFault, Worker
 from runners.suite import WorkloadSpec
 
@@ -73,6 +67,13 @@ class Protocol:
     # CPU with one thread per worker: take the calling thread's run-queue wait off each sample
     # (see timed_run). On a shared machine that wait, not the kernel, made most of the spread.
     discount_preemption: bool = True
+    # Kernel audits judge a round's CPU as one figure (see runners.audit.kernel.judge_timing): the
+    # candidate's whole process tree may exceed threads x its reported time plus what the harness
+    # costs trusted workers by at most this much. Outputs are read from outside and inputs written
+    # by the parent, so the harness's own work in a worker is small and so is the allowance.
+    round_cpu_abs_s: float = 0.0002
+    round_cpu_rel: float = 0.02
+    round_cpu_harness_rel: float = 0.15
 
     def worker_threads(self) -> int:
         return self.threads or max(1, len(os.sched_getaffinity(0)) - 1)
@@ -161,112 +162,6 @@ def quick_protocol(profile: str, *, rounds: int) -> Protocol:
     )
 
 
-# --------------------------------------------------------------------------------------------
-# Input pools. Each round a worker generates one pool per input from a seed; each call reads a
-# view at an offset the parent reveals only when the timed window opens. Views differ in address
-# and content, so caching by pointer or by content never hits, and precomputing outputs for every
-# possible offset would cost thousands of calls.
-
-_MAX_OFFSETS = 4096
-
-
-@dataclass(frozen=True)
-class PoolPlan:
-    spec: WorkloadSpec
-    rows: tuple[int, ...]  # leading-dimension length of each input's pool
-    align: tuple[int, ...]  # offsets are multiples of this many elements (64-byte aligned views)
-    numel: tuple[int, ...]
-
-    @classmethod
-    def for_calls(cls, spec: WorkloadSpec, calls: int) -> PoolPlan:
-        elsize = torch.empty((), dtype=spec.torch_dtype).element_size()
-        rows, aligns, numels = [], [], []
-        for layout in suite.input_layouts(spec):
-            align = math.lcm(layout.row_align, max(1, 64 // elsize))
-            positions = max(2 * calls + 2, min(-(-layout.numel // align), _MAX_OFFSETS))
-            row_elems = math.prod(layout.shape[1:]) if len(layout.shape) > 1 else 1
-            rows.append(-(-(layout.numel + align * positions) // row_elems))
-            aligns.append(align)
-            numels.append(layout.numel)
-        return cls(spec=spec, rows=tuple(rows), align=tuple(aligns), numel=tuple(numels))
-
-    def pool_numel(self, index: int) -> int:
-        layout = suite.input_layouts(self.spec)[index]
-        return self.rows[index] * (math.prod(layout.shape[1:]) if len(layout.shape) > 1 else 1)
-
-    def offsets(self, rng: np.random.Generator, calls: int, *, identical: bool = False) -> list[list[int]]:
-        """Per call, one element offset per input; distinct across calls unless `identical`."""
-        per_input: list[list[int]] = []
-        by_group: dict[str, list[int]] = {}
-        for index, (align, layout) in enumerate(zip(self.align, suite.input_layouts(self.spec))):
-            if layout.group and layout.group in by_group:
-                per_input.append(by_group[layout.group])  # grouped inputs move together
-                continue
-            positions = (self.pool_numel(index) - self.numel[index]) // align + 1
-            count = 1 if identical else calls
-            picks = rng.choice(positions, size=count, replace=positions < count) * align
-            per_input.append([int(p) for p in picks] * (calls if identical else 1))
-            if layout.group:
-                by_group[layout.group] = per_input[-1]
-        return [[per_input[i][call] for i in range(len(self.align))] for call in range(calls)]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rows": list(self.rows), "align": list(self.align)}
-
-
-def make_pools(spec: WorkloadSpec, rows: Sequence[int], *, seed: int, device: str) -> list[torch.Tensor]:
-    """The pools for one round; parent and worker call this with the same seed and get the same values."""
-    pools = []
-    for layout, count in zip(suite.input_layouts(spec), rows):
-        shape = (int(count), *layout.shape[1:])
-        pools.append(
-            suite.generate_tensor(
-                layout,
-                shape,
-                seed=suite.derive_seed(seed, spec.key, layout.seed_name, "pool"),
-                dtype=spec.torch_dtype,
-                device=device,
-                distribution="normal",
-            ).reshape(-1)
-        )
-    return pools
-
-
-def pool_views(
-    layouts: Sequence[suite.InputLayout], pools: Sequence[torch.Tensor], offsets: Sequence[int]
-) -> tuple[torch.Tensor, ...]:
-    """One call's inputs: views into the pools at the given element offsets."""
-    return tuple(pool[offset : offset + layout.numel].view(layout.shape) for pool, offset, layout in zip(pools, offsets, layouts))
-
-
-def commit_weights(spec: WorkloadSpec, seed: int, *, device: str) -> list[torch.Tensor]:
-    """Random weights per output; a worker must send sum(output * w) for every call when its window
-    closes, which it cannot do without having computed every output by then."""
-    weights = []
-    for index, shape in enumerate(suite.output_shapes(spec)):
-        generator = torch.Generator(device=device).manual_seed(suite.derive_seed(seed, spec.key, "commit", index))
-        weights.append(torch.randn(math.prod(shape), generator=generator, device=device, dtype=torch.float32))
-    return weights
-
-
-def checksums(outputs: Sequence[Sequence[torch.Tensor]], weights: Sequence[torch.Tensor]) -> list[list[float]]:
-    """sum(output * weight) for every call and output, read back with a single sync.
-
-    float32 and one dot per output: converting or stacking a thousand outputs allocates (and
-    page-faults) tens of MB per window, which would cost more than the calls being timed."""
-    table = [[float("nan")] * len(call) for call in outputs]
-    slots: list[tuple[int, int]] = []
-    dots: list[torch.Tensor] = []
-    for i, call in enumerate(outputs):
-        for index, (tensor, weight) in enumerate(zip(call, weights)):
-            if tensor.numel() == weight.numel() and tensor.device == weight.device:
-                slots.append((i, index))
-                dots.append(torch.dot(tensor.reshape(-1).to(torch.float32), weight))
-    if dots:
-        for (i, index), value in zip(slots, torch.stack(dots).tolist()):
-            table[i][index] = value
-    return table
-
 def commitment_holds(claimed: float, output: torch.Tensor, weight: torch.Tensor) -> bool:
     """The parent's float64 recomputation must match the worker's float32 claim to summation error.
 
@@ -299,32 +194,6 @@ def harness_threads() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def _heap_spacer() -> torch.Tensor:
-    """A block of random size, held for one round, that shifts where the round's outputs land.
-
-    A round's outputs come from the same heap addresses round after round, so their offset
-    within a page against the inputs' (4 KiB aliasing between loads and stores, cache sets) is
-    fixed for a process by its allocation history: two identical workers ran softmax 1.1 and
-    1.3 ms per call for a whole audit. A fresh random shift every round makes that layout luck
-    round-to-round noise, which the paired rounds and the bootstrap see and average."""
-    return torch.empty(64 * secrets.randbelow(65), dtype=torch.uint8)
-
-
-def _on_fresh_pages(tensor: torch.Tensor) -> torch.Tensor:
-    """A copy of `tensor` in a new anonymous mapping, so each round's inputs sit on pages the
-    kernel hands out afresh. The allocator would otherwise return the same physical pages round
-    after round, and a process that drew slow ones (cache-set conflicts, a distant memory bank
-    behind the VM) would stay slow for the whole audit: measured, up to 50% between two
-    identical baseline workers on memory-bound workloads."""
-    nbytes = tensor.numel() * tensor.element_size()
-    if nbytes == 0:
-        return tensor
-    mapping = mmap.mmap(-1, nbytes)
-    fresh = torch.frombuffer(mapping, dtype=tensor.dtype, count=tensor.numel())
-    fresh.copy_(tensor.reshape(-1))
-    return fresh
-
-
 def candidate_fault(exc: BaseException, *, during: str, import_phase: bool = False,
                     code: str | None = None) -> WorkerFault:
     """The fault a worker reports for `exc`, raised `during` a step. Running out of memory is
@@ -339,240 +208,6 @@ def candidate_fault(exc: BaseException, *, during: str, import_phase: bool = Fal
     elif code is None:
         code = "sandbox.import_error" if import_phase else "sandbox.candidate_exception"
     return WorkerFault(code, f"{during}: {text}"[:2000], traceback.format_exc()[-8000:])
-
-
-class ChildRunner:
-    """Serves the parent's requests inside a worker: load, check, prepare, run, fetch."""
-
-    def __init__(self, device: str) -> None:
-        self.device = device
-        self.spec: WorkloadSpec | None = None
-        self.kernel: Callable[..., Any] | None = None
-        self.pools: list[torch.Tensor] = []
-        self.weights: list[torch.Tensor] = []
-        self.outputs: list[list[torch.Tensor]] = []
-        self.pending: list[Any] = []  # results of the last `run`, until `commit`
-        self.spacer: torch.Tensor | None = None
-        self.flush: torch.Tensor | None = None
-        self.loads = 0
-        self.called = False
-
-    def handle(self, op: str, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        method = getattr(self, f"op_{op}", None)
-        if method is None:
-            raise ValueError(f"unknown op {op!r}")
-        return method(header)
-
-    def op_ping(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        return {"pid": os.getpid()}, []
-
-    def op_load(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        self.spec = WorkloadSpec.from_dict(header["spec"])
-        self.kernel = None
-        self.pools, self.weights, self.outputs = [], [], []
-        self.loads += 1
-        # A real file, so tracebacks, inspect.getsource and triton.jit see the source.
-        path = os.path.join(os.getcwd(), f"{header.get('module', 'candidate')}_{self.loads}.py")
-        with open(path, "w") as handle:
-            handle.write(header["source"])
-        name = f"dyno_candidate_{self.loads}"
-        threads_before = verify.python_threads()
-        try:
-            module_spec = importlib.util.spec_from_file_location(name, path)
-            assert module_spec is not None and module_spec.loader is not None
-            module = importlib.util.module_from_spec(module_spec)
-            sys.modules[name] = module
-            module_spec.loader.exec_module(module)
-        except BaseException as exc:
-            raise candidate_fault(exc, during="importing the candidate", import_phase=True) from None
-        kernel = getattr(module, "kernel", None)
-        if not callable(kernel):
-            raise WorkerFault("sandbox.no_kernel", "the module defines no callable `kernel(*inputs)`")
-        self.kernel = kernel
-        self.called = False
-        # Nothing a module does at import needs a thread that outlives the import; one that does
-        # runs beside every timed window (the baseline's too) and is refused before any call.
-        started = verify.python_threads() - threads_before
-        if started:
-            names = sorted(t.name for t in threading.enumerate() if t.ident in started)
-            raise WorkerFault(
-                "integrity.thread_left_running",
-                f"importing the candidate started {len(started)} thread(s) that are still running ({', '.join(names)[:200]}); "
-                "start worker threads inside a call and join them before it returns",
-            )
-        if self.device.startswith("cuda"):
-            torch.cuda.set_device(torch.device(self.device).index or 0)
-            if self.flush is None and int(header.get("l2_flush_bytes", 0)):
-                self.flush = torch.empty(int(header["l2_flush_bytes"]) // 4, dtype=torch.int32, device=self.device)
-        return {}, []
-
-    def _call(self, args: Sequence[torch.Tensor], during: str) -> Any:
-        assert self.kernel is not None
-        try:
-            with torch.no_grad():
-                return self.kernel(*args)
-        except BaseException as exc:
-            raise candidate_fault(exc, during=during) from None
-
-    def _sync(self) -> None:
-        if self.device.startswith("cuda"):
-            torch.cuda.synchronize()
-
-    def op_check(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        """Call the kernel twice on each fresh input set; return both outputs and evidence."""
-        assert self.spec is not None
-        expect_tuple = suite.returns_tuple(self.spec)
-        # Every set is alive at once, so no two sets share an address a pointer cache could reuse.
-        with harness_threads():
-            sets = [
-                suite.make_inputs(self.spec, seed=int(item["seed"]), device=self.device, distribution=item["distribution"])
-                for item in header["sets"]
-            ]
-        reports: list[dict[str, Any]] = []
-        out_tensors: list[torch.Tensor] = []
-        for index, inputs in enumerate(sets):
-            spans = verify.storage_spans(inputs)
-            before = [verify.tensor_digest(t) for t in inputs]
-            threads_before = verify.python_threads()
-            first = self._call(inputs, f"check set {index}")
-            self._sync()
-            if not self.called:
-                # A candidate's very first call may start runtime pools (torch.compile, Triton);
-                # threads started by any later call and still alive after it are its own.
-                self.called = True
-                threads_before = verify.python_threads()
-            second = self._call(inputs, f"check set {index}, second call")
-            self._sync()
-            left = verify.python_threads() - threads_before
-            after = [verify.tensor_digest(t) for t in inputs]
-            tensors1, meta1 = verify.inspect_outputs(first, spans, expect_tuple=expect_tuple)
-            tensors2, meta2 = verify.inspect_outputs(second, spans, expect_tuple=expect_tuple)
-            report: dict[str, Any] = {
-                "meta": meta1,
-                "meta_second": meta2,
-                "mutated": [layout.name for layout, a, b in zip(suite.input_layouts(self.spec), before, after) if a != b],
-                "threads_left": len(left),
-                "sent": tensors1 is not None and tensors2 is not None,
-            }
-            if report["sent"]:
-                assert tensors1 is not None and tensors2 is not None
-                out_tensors.extend(tensors1)
-                out_tensors.extend(tensors2)
-            reports.append(report)
-        # Whatever the first calls built (a compiled graph, caches) becomes permanent, so the
-        # collections in `prepare` stay as cheap for this candidate as for the baseline.
-        gc.collect()
-        gc.freeze()
-        return {"sets": reports}, out_tensors
-
-    def op_prepare(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        assert self.spec is not None
-        self.outputs = []
-        self.pools = []
-        gc.collect()  # collections happen here, outside every timed window (automatic GC is off)
-        gc.freeze()
-        with harness_threads():
-            pools = make_pools(self.spec, header["rows"], seed=int(header["seed"]), device=self.device)
-            if self.device == "cpu":
-                pools = [_on_fresh_pages(pool) for pool in pools]
-            self.pools = pools
-            self.weights = commit_weights(self.spec, int(header["commit_seed"]), device=self.device)
-            if self.device == "cpu":
-                self.spacer = _heap_spacer()
-        self._sync()
-        return {}, []
-
-    def op_run(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        """Time one sample: every call in the batch, then commit to checksums of every output."""
-        assert self.spec is not None and self.pools
-        offsets = header["offsets"]
-        layouts = suite.input_layouts(self.spec)
-        views: list[tuple[torch.Tensor, ...]] = []
-        built: dict[tuple[int, ...], tuple[torch.Tensor, ...]] = {}
-        for call_offsets in offsets:
-            key = tuple(call_offsets)
-            if key not in built:  # identical offsets share one set of view objects (caching probe)
-                built[key] = pool_views(layouts, self.pools, call_offsets)
-            views.append(built[key])
-        results: list[Any] = [None] * len(views)
-        reply: dict[str, Any] = {}
-        if self.device.startswith("cuda"):
-            reply["calls"] = self._time_cuda(views, results)
-        else:
-            with torch.no_grad():
-                try:
-                    c0 = time.process_time_ns()
-                    t0 = time.perf_counter_ns()
-                    for index, args in enumerate(views):
-                        results[index] = self.kernel(*args)  # type: ignore[misc]
-                    t1 = time.perf_counter_ns()
-                    c1 = time.process_time_ns()
-                except BaseException as exc:
-                    raise candidate_fault(exc, during="a timed call") from None
-            # Process CPU over the timed interval: the parent trusts it from trusted workers only,
-            # to learn how much CPU the harness itself spends around the timer.
-            reply.update(t0=t0, t1=t1, cpu_timed_ns=c1 - c0)
-        # The reply goes out the moment the timer stops, so the parent's reading of this process's
-        # scheduler statistics brackets the timed calls closely; `commit` follows at once.
-        self.pending = results
-        return reply, []
-
-    def op_commit(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        """Commit to checksums of every output of the last `run`, and describe the outputs."""
-        assert self.spec is not None and self.pools
-        results, self.pending = self.pending, []
-        reply: dict[str, Any] = {}
-        expect_tuple = suite.returns_tuple(self.spec)
-        spans = verify.storage_spans(self.pools)
-        with harness_threads():
-            self.outputs = []
-            first_meta: list[dict[str, Any]] | None = None
-            inconsistent: list[int] = []
-            for index, result in enumerate(results):
-                tensors, meta = verify.inspect_outputs(result, spans, expect_tuple=expect_tuple)
-                if first_meta is None:
-                    first_meta = meta
-                elif meta != first_meta:
-                    inconsistent.append(index)
-                self.outputs.append(tensors or [])
-            sums = checksums(self.outputs, self.weights)
-        reply.update(meta=first_meta, inconsistent=inconsistent[:50], checksums=sums)
-        return reply, []
-
-    def _time_cuda(self, views: list[tuple[torch.Tensor, ...]], results: list[Any]) -> list[list[float]]:
-        calls: list[list[float]] = []
-        starts = [torch.cuda.Event(enable_timing=True) for _ in views]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in views]
-        with torch.no_grad():
-            try:
-                for index, args in enumerate(views):
-                    if self.flush is not None:
-                        self.flush.zero_()  # evict L2, so no call finds the previous call's data
-                    torch.cuda.synchronize()
-                    h0 = time.perf_counter_ns()
-                    starts[index].record()
-                    results[index] = self.kernel(*args)  # type: ignore[misc]
-                    # Device-wide: work the candidate left on other streams finishes inside the window.
-                    torch.cuda.synchronize()
-                    ends[index].record()
-                    ends[index].synchronize()
-                    h1 = time.perf_counter_ns()
-                    calls.append([h0, h1, 0.0])
-            except BaseException as exc:
-                raise candidate_fault(exc, during="a timed call") from None
-        for call, start, end in zip(calls, starts, ends):
-            call[2] = start.elapsed_time(end) / 1e3
-        return calls
-
-    def op_fetch(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        tensors: list[torch.Tensor] = []
-        for index in header["indices"]:
-            tensors.extend(self.outputs[int(index)])
-        return {}, tensors
-
-    def op_release(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        self.outputs, self.pools, self.weights, self.pending = [], [], [], []
-        return {}, []
 
 
 # --------------------------------------------------------------------------------------------
@@ -601,36 +236,6 @@ class RunRecord:
         return (self.window_ns - self.reported_ns) / 1e9
 
 
-def _clock_problem_cpu(header: dict[str, Any], sent: int, received: int) -> tuple[int, str | None]:
-    t0, t1 = header.get("t0"), header.get("t1")
-    if not isinstance(t0, int) or not isinstance(t1, int):
-        return 0, "no timestamps"
-    if not sent <= t0 <= t1 <= received:
-        return max(0, t1 - t0), (
-            f"timestamps [{t0}, {t1}] fall outside the parent's window [{sent}, {received}] on the same monotonic clock"
-        )
-    return t1 - t0, None
-
-
-def _clock_problem_cuda(header: dict[str, Any], sent: int, received: int) -> tuple[int, list[float], str | None]:
-    calls = header.get("calls")
-    if not isinstance(calls, list) or not calls:
-        return 0, [], "no per-call timings"
-    previous = sent
-    total = 0
-    events: list[float] = []
-    for h0, h1, event_s in calls:
-        if not (isinstance(h0, int) and isinstance(h1, int)) or not previous <= h0 <= h1 <= received:
-            return total, events, "host timestamps fall outside the parent's window or out of order"
-        # The event interval lies inside the host interval; 20 us covers event resolution.
-        if not 0 < float(event_s) <= (h1 - h0) / 1e9 + 20e-6:
-            return total, events, f"event time {event_s:.3g} s exceeds its host interval {(h1 - h0) / 1e9:.3g} s"
-        previous = h1
-        total += h1 - h0
-        events.append(float(event_s))
-    return total, events, None
-
-
 def timed_run(
     worker: Worker, offsets: list[list[int]], *, device: str, timeout: float, discount_preemption: bool = False
 ) -> RunRecord:
@@ -651,17 +256,8 @@ def timed_run(
     cpu_window = worker.cpu_ns() - cpu_before
     header = {**reply.header, **{k: commit.header.get(k) for k in ("meta", "inconsistent", "checksums")}}
     calls = len(offsets)
-    preempted = 0
-    if device.startswith("cuda"):
-        reported, events, problem = _clock_problem_cuda(header, reply.sent_ns, reply.received_ns)
-        per_call = sum(events) / len(events) if events and problem is None else reported / 1e9 / calls
-    else:
-        reported, problem = _clock_problem_cpu(header, reply.sent_ns, reply.received_ns)
-        effective = reported
-        if wait_before is not None and wait_after is not None and problem is None:
-            effective = max(reported - max(0, wait_after - wait_before), min(cpu_run, reported))
-            preempted = reported - effective
-        per_call = effective / 1e9 / calls
+    reported, per_call, preempted, problem = sample_time(header, reply, calls=calls, device=device, cpu_run=cpu_run,
+                                                         waits=(wait_before, wait_after))
     checksums = header.get("checksums")
     if not isinstance(checksums, list) or len(checksums) != calls:
         problem = problem or "no checksum commitment for every call"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import math
 import os
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -559,7 +560,9 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
         outcome.calls = calls
         timeout = max(protocol.call_timeout_floor_s, protocol.call_timeout_factor * per_call * calls)
         order_rng = np.random.default_rng(suite.derive_seed(seed, "order"))
-        check_rng = np.random.default_rng(suite.derive_seed(seed, "checks"))
+        # Which calls and positions are verified: drawn from the OS after the outputs are committed,
+        # never from the audit seed (a seed can be known to the vendor; a reproduction prints it).
+        check_rng = np.random.default_rng(secrets.randbits(128))
         reveal_rng = np.random.default_rng(suite.derive_seed(seed, "reveal"))
         ledger = measure.CpuLedger()
         ordered = list(slots.values())

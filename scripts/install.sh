@@ -15,4 +15,12 @@ if ! command -v nvidia-smi >/dev/null 2>&1 && ! "$VENV/bin/python" -c "import to
   $PIP install "torch==2.13.0"
 fi
 $PIP install -e ".[test]"
+# Runner hosts sandbox candidate code under bubblewrap (runners/sandbox/bwrap.py).
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null || echo "warning: could not install bubblewrap; sandboxed results will not bill" >&2
+  else
+    echo "warning: bubblewrap (bwrap) is not installed; install it (apt-get install bubblewrap) or sandboxed results will not bill" >&2
+  fi
+fi
 echo "installed into $VENV"

@@ -28,9 +28,19 @@ if ! command -v chromium >/dev/null 2>&1; then
   command -v chromium >/dev/null 2>&1 || missing+=("chromium for browser tests (apt-get install chromium)")
 fi
 
+# The sandbox runs candidate code under bubblewrap; without it results say they do not bill and
+# tests/runners/test_sandbox.py fails.
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "Installing bubblewrap for the sandbox..."
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) >/dev/null 2>&1 || true
+  fi
+  command -v bwrap >/dev/null 2>&1 || missing+=("bubblewrap for the sandbox (apt-get install bubblewrap)")
+fi
+
 if [ ${#missing[@]} -gt 0 ]; then
   echo "Cannot run the tests; missing:" >&2
   printf '  - %s\n' "${missing[@]}" >&2
   exit 1
 fi
-echo "services: PostgreSQL, Redis and chromium are ready"
+echo "services: PostgreSQL, Redis, chromium and bubblewrap are ready"

@@ -43,6 +43,7 @@ class NotBillable(StrEnum):
     NO_PROVEN_SPEEDUP = "no_proven_speedup"
     NOT_ACCEPTED = "not_accepted"
     NO_CONFIDENCE_INTERVAL = "no_confidence_interval"
+    SANDBOX_INCOMPLETE = "sandbox_incomplete"
 
 
 _NOT_BILLABLE_TEXT = {
@@ -52,6 +53,9 @@ _NOT_BILLABLE_TEXT = {
     NotBillable.NO_PROVEN_SPEEDUP: "the 95% confidence interval's lower bound is not above 1.0",
     NotBillable.NOT_ACCEPTED: "the harness did not accept the optimized candidate",
     NotBillable.NO_CONFIDENCE_INTERVAL: "the result holds no confidence interval for this figure",
+    NotBillable.SANDBOX_INCOMPLETE: "the runner could not provide every sandbox protection a billable "
+                                    "audit needs (see the result's sandbox block), and its operator did "
+                                    "not allow figures from it to bill",
 }
 
 
@@ -179,6 +183,13 @@ def report_body(*, kind: str, result: dict[str, Any], model: ModelFacts | None, 
     return body
 
 
+def sandbox_trusted(result: dict[str, Any]) -> bool:
+    """Whether the runner's sandbox had every protection (or its operator explicitly allowed one
+    that lacks some); results from before the sandbox said so count as trusted."""
+    block = result.get("sandbox") or {}
+    return block.get("complete") is not False or bool(block.get("operator_allowed_incomplete"))
+
+
 def model_figure(result: dict[str, Any]) -> ModelFigure:
     """The whole-model speedup, its CI and whether it bills; rounded down, never up."""
     stable = bool((result.get("calibration") or {}).get("stable"))
@@ -188,7 +199,7 @@ def model_figure(result: dict[str, Any]) -> ModelFigure:
     low, high = (_decimal(ci[0]), _decimal(ci[1])) if len(ci) == 2 else (None, None)
     if speedup is None:
         return ModelFigure(None, None, None, stable, Billable(None, False, NotBillable.NO_MODEL_FIGURE))
-    return ModelFigure(speedup, low, high, stable, _billable(low, stable=stable, accepted=True))
+    return ModelFigure(speedup, low, high, stable, _billable(low, stable=stable, accepted=True, trusted=sandbox_trusted(result)))
 
 
 def billing_statement(result: dict[str, Any], figure: ModelFigure | None = None) -> dict[str, Any]:
@@ -198,12 +209,14 @@ def billing_statement(result: dict[str, Any], figure: ModelFigure | None = None)
     for workload in result.get("workloads") or []:
         ci = workload.get("ci95") or [None, None]
         low = _decimal(ci[0]) if len(ci) == 2 else None
-        entry = _billable(low, stable=stable, accepted=workload.get("verdict") == "accepted")
+        entry = _billable(low, stable=stable, accepted=workload.get("verdict") == "accepted", trusted=sandbox_trusted(result))
         workloads.append({"name": workload.get("name"), "shape": workload.get("shape"),
                           "dtype": workload.get("dtype"), **entry.as_body()})
     reasons = []
     if not stable:
         reasons.append(_reason(NotBillable.UNSTABLE_CALIBRATION))
+    if not sandbox_trusted(result) and figure.billable.reason is not NotBillable.SANDBOX_INCOMPLETE:
+        reasons.append(_reason(NotBillable.SANDBOX_INCOMPLETE))
     if figure.billable.reason and figure.billable.reason is not NotBillable.UNSTABLE_CALIBRATION:
         reasons.append(_reason(figure.billable.reason))
     return {
@@ -250,9 +263,11 @@ def _check_result(result: Any) -> None:
             raise ReportError(f"the run's result lacks {name!r}; the runner that wrote it is out of date")
 
 
-def _billable(low: Decimal | None, *, stable: bool, accepted: bool) -> Billable:
+def _billable(low: Decimal | None, *, stable: bool, accepted: bool, trusted: bool = True) -> Billable:
     if low is None:
         return Billable(None, False, NotBillable.NO_CONFIDENCE_INTERVAL)
+    if not trusted:
+        return Billable(low, False, NotBillable.SANDBOX_INCOMPLETE)
     if not stable:
         return Billable(low, False, NotBillable.UNSTABLE_CALIBRATION)
     if not accepted:

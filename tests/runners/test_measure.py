@@ -1,4 +1,4 @@
-"""Measurement building blocks: pools with secret offsets, commitments, clock checks, rooflines."""
+"""Measurement building blocks: per-call input slots, commitments, clock checks, rooflines."""
 
 from __future__ import annotations
 
@@ -10,69 +10,91 @@ import pytest
 import torch
 
 from runners import measure, suite
+from runners.audit.inputs import SharedInputs, SlotLayout, map_inputs
+from runners.audit.sample import cpu_clock, cuda_clock
+from runners.audit.worker import checksums, commit_weights
 from runners.sandbox import process_cpu_ns
 
 
-def test_it_plans_pools_with_distinct_aligned_offsets_for_every_call():
+def test_it_gives_every_call_of_a_sample_its_own_page_aligned_storage():
     spec = suite.find_spec("cpu-ci", "rmsnorm")[0]
-    plan = measure.PoolPlan.for_calls(spec, 300)
-    offsets = plan.offsets(np.random.default_rng(0), 300)
-    per_input = list(zip(*offsets))
-    for index, column in enumerate(per_input):
-        assert len(set(column)) == 300  # no two calls share an address
-        assert all(o % plan.align[index] == 0 for o in column)
-        assert max(column) + plan.numel[index] <= plan.pool_numel(index)
-    identical = plan.offsets(np.random.default_rng(0), 5, identical=True)
-    assert len({tuple(call) for call in identical}) == 1
+    layout = SlotLayout.for_spec(spec, 300)
+    base = torch.zeros(layout.nbytes, dtype=torch.uint8)
+    spans = []
+    for slot in range(300):
+        for view in layout.views(base, slot):
+            start = view.data_ptr()
+            spans.append((start, start + view.numel() * view.element_size()))
+            assert (start - base.data_ptr()) % 4096 == 0 and view.is_contiguous()
+    spans.sort()
+    assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:]))  # nothing shared
+    with pytest.raises(IndexError):
+        layout.views(base, 300)
 
 
-def test_it_shifts_grouped_inputs_together_and_keeps_their_rows_whole():
+def test_it_writes_fresh_values_every_fill_and_keeps_rope_tables_consistent(tmp_path):
     spec = suite.find_spec("cpu-ci", "rope")[0]
-    plan = measure.PoolPlan.for_calls(spec, 20)
-    for q, k, cos, sin in plan.offsets(np.random.default_rng(1), 20):
-        assert cos == sin and cos % spec.shape["D"] == 0
-    pools = measure.make_pools(spec, plan.rows, seed=3, device="cpu")
-    _, _, cos, sin = measure.pool_views(suite.input_layouts(spec), pools, plan.offsets(np.random.default_rng(2), 1)[0])
-    assert torch.allclose(cos.square() + sin.square(), torch.ones_like(cos), atol=1e-5)
+    inputs = SharedInputs(str(tmp_path), spec, 6)
+    try:
+        inputs.fill(seed=1)
+        first = [inputs.inputs(slot) for slot in range(6)]
+        assert not torch.equal(first[0][0], first[1][0])  # no two slots hold the same activations
+        for _, _, cos, sin in first:
+            assert torch.allclose(cos.square() + sin.square(), torch.ones_like(cos), atol=1e-5)
+        inputs.fill(seed=2, slots=[3])
+        assert torch.equal(inputs.inputs(2)[0], first[2][0]) and not torch.equal(inputs.inputs(3)[0], first[3][0])
+        inputs.copy_slot(3, 4)
+        assert all(torch.equal(a, b) for a, b in zip(inputs.inputs(3), inputs.inputs(4)))
+        assert oct(os.stat(inputs.path).st_mode & 0o777) == "0o644"  # workers read it; only the parent writes
+    finally:
+        inputs.close()
+    assert not os.path.exists(inputs.path)
 
 
-def test_it_regenerates_identical_pools_from_a_seed_and_aligns_views_to_64_bytes():
-    spec = suite.find_spec("cpu-ci", "gemm")[0]
-    plan = measure.PoolPlan.for_calls(spec, 4)
-    first = measure.make_pools(spec, plan.rows, seed=9, device="cpu")
-    second = measure.make_pools(spec, plan.rows, seed=9, device="cpu")
-    assert all(torch.equal(a, b) for a, b in zip(first, second))
-    for call in plan.offsets(np.random.default_rng(3), 4):
-        for view in measure.pool_views(suite.input_layouts(spec), first, call):
-            assert view.data_ptr() % 64 == 0 and view.is_contiguous()
+def test_it_maps_the_inputs_privately_and_shows_the_parents_next_values(tmp_path):
+    spec = suite.find_spec("cpu-ci", "swiglu")[0]
+    inputs = SharedInputs(str(tmp_path), spec, 2)
+    try:
+        inputs.fill(seed=4)
+        mapping, base = map_inputs(inputs.path, inputs.layout.nbytes)
+        gate, up = inputs.layout.views(base, 1)
+        assert torch.equal(gate, inputs.inputs(1)[0])
+        inputs.fill(seed=5)  # the next round: the worker sees it without mapping again
+        assert torch.equal(gate, inputs.inputs(1)[0])
+        up.zero_()  # a worker's write stays in its own copy
+        assert not torch.equal(up, inputs.inputs(1)[1])
+        assert inputs.slot_bytes(1)[1][1] != up.numpy().tobytes()
+        del gate, up, base
+    finally:
+        inputs.close()
 
 
 def test_it_commits_to_outputs_so_later_changes_are_caught():
     spec = suite.find_spec("cpu-ci", "softmax")[0]
-    weights = measure.commit_weights(spec, 5, device="cpu")
+    weights = commit_weights(spec, 5, device="cpu")
     outputs = [[torch.randn(spec.shape["R"], spec.shape["C"])] for _ in range(3)]
-    claimed = measure.checksums(outputs, weights)
+    claimed = checksums(outputs, weights)
     assert all(measure.commitment_holds(c[0], o[0], weights[0]) for c, o in zip(claimed, outputs))
-    # Values produced after the window (a placeholder first, the real result at fetch) differ wholesale.
+    # Values produced after the sample (a placeholder first, the real result at fetch) differ wholesale.
     assert not measure.commitment_holds(claimed[1][0], torch.randn_like(outputs[1][0]), weights[0])
     assert not measure.commitment_holds(claimed[1][0], torch.zeros_like(outputs[1][0]), weights[0])
-    assert np.isnan(measure.checksums([[torch.randn(3)]], weights)[0][0])  # wrong size: no commitment
+    assert np.isnan(checksums([[torch.randn(3)]], weights)[0][0])  # wrong size: no commitment
 
 
 def test_it_rejects_timestamps_outside_the_parents_window():
-    assert measure._clock_problem_cpu({"t0": 150, "t1": 180}, 100, 200) == (30, None)
-    assert measure._clock_problem_cpu({"t0": 50, "t1": 80}, 100, 200)[1] is not None
-    assert measure._clock_problem_cpu({"t0": 150, "t1": 250}, 100, 200)[1] is not None
-    assert measure._clock_problem_cpu({}, 100, 200)[1] == "no timestamps"
+    assert cpu_clock({"t0": 150, "t1": 180}, 100, 200) == (30, None)
+    assert cpu_clock({"t0": 50, "t1": 80}, 100, 200)[1] is not None
+    assert cpu_clock({"t0": 150, "t1": 250}, 100, 200)[1] is not None
+    assert cpu_clock({}, 100, 200)[1] == "no timestamps"
 
 
 def test_it_checks_gpu_event_times_against_their_host_intervals():
     ok = {"calls": [[110, 130, 15e-9], [140, 160, 18e-9]]}
-    total, events, problem = measure._clock_problem_cuda(ok, 100, 200)
+    total, events, problem = cuda_clock(ok, 100, 200)
     assert problem is None and total == 40 and events == [15e-9, 18e-9]
     # An event longer than the host interval around it (plus 20 us) is a forged time.
-    assert measure._clock_problem_cuda({"calls": [[110, 130, 1e-3]]}, 100, 200)[2] is not None
-    assert measure._clock_problem_cuda({"calls": [[140, 160, 1e-9], [110, 130, 1e-9]]}, 100, 200)[2] is not None
+    assert cuda_clock({"calls": [[110, 130, 1e-3]]}, 100, 200)[2] is not None
+    assert cuda_clock({"calls": [[140, 160, 1e-9], [110, 130, 1e-9]]}, 100, 200)[2] is not None
 
 
 def test_it_knows_device_peaks_and_computes_floors():

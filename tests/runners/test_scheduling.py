@@ -12,11 +12,12 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 
-from runners import measure, suite
-from runners.measure import PoolPlan
+from runners import suite
+from runners.audit.inputs import SharedInputs
+from runners.audit.sample import timed_sample
+from runners.audit.session import WORKER_HANDLER
 from runners.sandbox import Sandbox, SandboxConfig, _cpu_list, measurement_cpus, process_cpu_ns, thread_affinities
 
 TWO_CORES = len(os.sched_getaffinity(0)) >= 2
@@ -59,17 +60,33 @@ def test_it_leaves_the_lowest_core_to_the_parent():
 
 @pytest.fixture(scope="module")
 def sandbox():
-    with Sandbox(SandboxConfig(threads=1)) as box:
+    with Sandbox(SandboxConfig(threads=1, worker_handler=WORKER_HANDLER)) as box:
         yield box
+    while _FILES:
+        _FILES.pop().close()
+
+
+_FILES: list[SharedInputs] = []
+
+
+def _bound(sandbox: Sandbox, spec, role: str, source: str, calls: int):
+    inputs = SharedInputs(sandbox.shared_dir, spec, calls)
+    _FILES.append(inputs)
+    inputs.fill(seed=1)
+    worker = sandbox.spawn(role)
+    worker.call("bind", timeout=60, spec=spec.to_dict(), path=inputs.path, slots=calls)
+    worker.call("load", timeout=60, spec=spec.to_dict(), source=source, module=role)
+    return worker, inputs
 
 
 def _ready(sandbox: Sandbox, source: str, role: str = "baseline", calls: int = 64):
-    spec = suite.find_spec("cpu-ci", "rmsnorm")[0]
-    worker = sandbox.spawn(role)
-    worker.call("load", timeout=60, spec=spec.to_dict(), source=source, module=role)
-    plan = PoolPlan.for_calls(spec, calls)
-    worker.call("prepare", timeout=60, rows=list(plan.rows), seed=1, commit_seed=2)
-    return worker, plan.offsets(np.random.default_rng(0), calls)
+    worker, _ = _bound(sandbox, suite.find_spec("cpu-ci", "rmsnorm")[0], role, source, calls)
+    worker.call("prepare", timeout=60)
+    return worker, list(range(calls))
+
+
+def _timed(worker, slots, **options):
+    return timed_sample(worker, slots, device="cpu", timeout=60, freeze=False, **options)
 
 
 @needs_two_cores
@@ -102,7 +119,7 @@ def test_it_takes_other_processes_time_off_a_sample(sandbox):
     hog = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, [{core}])\nwhile True: pass"])
     try:
         _wait_until_spinning(hog.pid)
-        records = [measure.timed_run(worker, offsets, device="cpu", timeout=60, discount_preemption=True) for _ in range(6)]
+        records = [_timed(worker, offsets, discount_preemption=True) for _ in range(6)]
     finally:
         hog.kill()
         hog.wait()
@@ -124,7 +141,7 @@ def test_it_takes_other_processes_time_off_a_sample(sandbox):
 def test_it_gives_no_discount_for_waiting_behind_the_candidates_own_threads(sandbox):
     worker, offsets = _ready(sandbox, SPINNER, role="candidate")
     try:
-        records = [measure.timed_run(worker, offsets[:4], device="cpu", timeout=60, discount_preemption=True) for _ in range(4)]
+        records = [_timed(worker, offsets[:4], discount_preemption=True) for _ in range(4)]
     finally:
         worker.close()
     for record in records:
@@ -137,35 +154,28 @@ def test_it_gives_no_discount_for_waiting_behind_the_candidates_own_threads(sand
 
 def test_it_gives_every_worker_the_same_fixed_allocator_thresholds(sandbox):
     """Identical workers, identical allocators: no history-dependent page faults in a window."""
-    import numpy as np  # noqa: F811
-
     spec = suite.find_spec("cpu", "softmax")[0]  # 4 MiB outputs: above glibc's initial mmap threshold
     workers = []
     try:
         for _ in range(2):
-            worker = sandbox.spawn("baseline")
-            worker.call("load", timeout=60, spec=spec.to_dict(), source=suite.baseline_source(spec), module="baseline")
-            workers.append(worker)
+            workers.append(_bound(sandbox, spec, "baseline", suite.baseline_source(spec), 4)[0])
         # One worker frees a large block first: with glibc's adaptive thresholds that alone moves
         # its later outputs from fresh mappings to the heap.
-        plan = PoolPlan.for_calls(spec, 4)
-        workers[0].call("prepare", timeout=60, rows=list(plan.rows), seed=3, commit_seed=3)
+        workers[0].call("prepare", timeout=60)
+        _timed(workers[0], [0, 1, 2, 3], discount_preemption=False)
         workers[0].call("release", timeout=60)
         faults = []
-        small = PoolPlan.for_calls(spec, 4)
-        offsets = small.offsets(np.random.default_rng(1), 4)
         for worker in workers:
             counts = []
-            for round_index in range(6):
-                worker.call("prepare", timeout=60, rows=list(small.rows), seed=round_index, commit_seed=round_index)
+            for _ in range(6):
+                worker.call("prepare", timeout=60)
                 before = _minor_faults(worker.pid)
-                measure.timed_run(worker, offsets, device="cpu", timeout=60)
+                _timed(worker, [0, 1, 2, 3], discount_preemption=False)
                 counts.append(_minor_faults(worker.pid) - before)
-                worker.call("release", timeout=60)
             faults.append(counts[-1])
-        # Once warm (a few rounds) neither worker takes page faults per call on its outputs.
-        # A fresh 4 MiB mapping per call would be ~4 x 1024 faults a sample (measured ~3,000 without
-        # the fixed thresholds); a warm heap leaves a few pages at the edges (up to 64 seen).
+        # Once warm (a few rounds) neither worker takes page faults per call on its outputs or
+        # inputs (mapped and populated once). A fresh 4 MiB mapping per call would be ~4 x 1024
+        # faults a sample; a warm heap leaves a few pages at the edges.
         assert max(faults) < 512, faults
     finally:
         for worker in workers:

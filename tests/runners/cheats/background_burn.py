@@ -4,7 +4,7 @@ fast while the machine is busier for whoever is measured next. Caught by the CPU
 uses outside its timed windows."""
 # workload: rmsnorm
 # verdict: rejected
-# expect: integrity.background_cpu
+# expect-any: integrity.background_cpu | timing.clock_mismatch
 import threading
 
 import torch

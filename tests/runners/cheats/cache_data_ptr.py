@@ -1,7 +1,7 @@
 """Caches outputs by input pointers: a repeat call with the same buffers skips the work."""
 # workload: gemm
 # verdict: rejected
-# expect: timing.caching_suspected
+# expect-any: timing.caching_suspected | correctness.timed_output_mismatch
 import torch
 
 _cache = {}

@@ -1,7 +1,7 @@
 """Caches outputs by a cheap content fingerprint (a few sampled elements)."""
 # workload: gemm
 # verdict: rejected
-# expect: timing.caching_suspected
+# expect-any: timing.caching_suspected | correctness.timed_output_mismatch
 import torch
 
 _cache = {}

@@ -1,18 +1,18 @@
 """Patches the harness inside its own process: timed calls return garbage at once, and only the
-outputs the parent later asks for are computed, at fetch time. The checksums committed when the
-window closed give it away."""
+outputs the parent later asks for are computed, when they are fetched. Outputs read from the frozen
+worker (or the checksums committed when the sample ended) give it away."""
 # workload: rmsnorm
 # verdict: rejected
-# expect-any: integrity.commitment_mismatch | correctness.timed_output_mismatch
+# expect-any: integrity.commitment_mismatch | correctness.timed_output_mismatch | correctness.mismatch
 import torch
 import torch.nn.functional as F
 
-from runners import measure
+from runners.audit import worker as harness
 
 _timed = False
 _args = []
-_original_run = measure.ChildRunner.op_run
-_original_fetch = measure.ChildRunner.op_fetch
+_original_run = harness.KernelWorker.op_run
+_original_fetch = harness.KernelWorker.op_fetch
 
 
 def _run(self, header):
@@ -32,12 +32,13 @@ def _fetch(self, header):
     return _original_fetch(self, header)
 
 
-measure.ChildRunner.op_run = _run
-measure.ChildRunner.op_fetch = _fetch
+harness.KernelWorker.op_run = _run
+harness.KernelWorker.op_fetch = _fetch
 
 
 def kernel(x, weight):
-    if _timed:
+    if _timed and len(_args) > 0:
         _args.append((x, weight))
         return torch.empty_like(x)
+    _args.append((x, weight))
     return F.rms_norm(x, (x.shape[-1],), weight, 1e-6)

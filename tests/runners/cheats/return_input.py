@@ -1,7 +1,7 @@
 """Returns its input unchanged: no work at all."""
 # workload: softmax
 # verdict: rejected
-# expect: integrity.output_aliases_input, correctness.mismatch
+# expect: integrity.output_aliases_input
 
 
 def kernel(x):

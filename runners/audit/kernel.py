@@ -1,0 +1,580 @@
+"""The kernel audit: check, calibrate, probe, time in interleaved rounds, judge, re-validate.
+
+Trusted side. The parent writes every input, draws every challenge from a secret source after the
+outputs are fixed, reads the outputs it verifies from outside, and judges the candidate's claims
+against the kernel's accounting of its whole process tree and the trusted workers of the same rounds.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from runners import measure, stats, suite, verify
+from runners.audit.inputs import SharedInputs, slots_for
+from runners.audit.outcome import CHECK_PHASE_CHECKS, TIMING_CHECKS, Outcome
+from runners.audit.sample import Sample, overlaps, read_outputs, thaw_quietly, timed_sample
+from runners.audit.session import AuditSession, Binding, HarnessError
+from runners.measure import Protocol
+from runners.sandbox import SandboxError, Worker
+from runners.suite import WorkloadSpec
+from runners.verify import Judgement, Reason
+
+Progress = Callable[[float, str], None]
+
+REFERENCE_POINTS: dict[str, str] = {
+    # name -> module source template; {fn} is the baseline function's name in runners.suite.
+    "torch-compile": "import torch\nfrom runners.suite import {fn} as _baseline\nkernel = torch.compile(_baseline, dynamic=False)\n",
+}
+
+_CHALLENGE = secrets.SystemRandom()  # which calls are verified: nothing a worker sees predicts it
+
+
+@dataclass
+class _Slot:
+    label: str
+    worker: Worker
+    samples: list[Sample] = field(default_factory=list)  # measured rounds only
+    cpu_mark: int = 0  # the tree's CPU at the end of its previous sample
+
+    @property
+    def per_call(self) -> list[float]:
+        return [s.per_call_s for s in self.samples]
+
+
+def _as_tuple(value: torch.Tensor | tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    return value if isinstance(value, tuple) else (value,)
+
+
+class KernelAudit:
+    """One spec's audit of one candidate module. `run()` returns its Outcome."""
+
+    def __init__(
+        self,
+        session: AuditSession,
+        spec: WorkloadSpec,
+        source: str,
+        *,
+        protocol: Protocol,
+        seed: int,
+        aa_control: bool = True,
+        reference_points: Sequence[str] = (),
+        deadline: float | None = None,
+        progress: Progress | None = None,
+    ) -> None:
+        self.session, self.spec, self.source, self.protocol, self.seed = session, spec, source, protocol, seed
+        self.aa_control, self.reference_points, self.deadline = aa_control, tuple(reference_points), deadline
+        self.note = progress or (lambda fraction, message: None)
+        self.device = session.device
+        self.freeze = session.freezes
+        self.outcome = Outcome(spec=spec)
+        self.candidate: Worker | None = None
+        self.binding: Binding | None = None
+        self.references: dict[str, Worker] = {}
+        self.inputs: SharedInputs | None = None
+        self.calls = 1
+        self.timeout = protocol.call_timeout_floor_s
+
+    # ---------------------------------------------------------------- the audit as a whole
+
+    def run(self) -> Outcome:
+        protocol, spec = self.protocol, self.spec
+        calls = self.calibrate()
+        self.calls = calls
+        self.inputs = self.session.inputs(spec, max(slots_for(calls), 2 * len(protocol.check_distributions)))
+        trusted = self.session.baselines(spec, 2 if self.aa_control else 1, protocol, self.inputs)
+        self.sanity(trusted[0])
+        self.candidate = self.session.sandbox.spawn("candidate")
+        try:
+            try:
+                self.binding = self.session.bind(self.candidate, self.inputs, protocol)
+                self.note(0.05, f"{spec.key}: loading candidate")
+                self.session.load(self.candidate, spec, self.source, protocol, label="candidate")
+                self.note(0.10, f"{spec.key}: checking outputs")
+                self.outcome.absorb(self.check(self.candidate, protocol.check_distributions, "check", "correctness.mismatch",
+                                               timeout=protocol.first_call_timeout_s + protocol.call_timeout_floor_s))
+            except SandboxError as exc:
+                self.outcome.errored(exc)
+                return self.outcome
+            if self.outcome.reasons:
+                self.outcome.verdict = "rejected"
+                return self.outcome
+            self.outcome.passed(CHECK_PHASE_CHECKS)
+            self.start_references()
+            try:
+                everyone = [*trusted, self.candidate, *self.references.values()]
+                if protocol.probe_rounds:
+                    self.note(0.25, f"{spec.key}: caching probe")
+                    self.probe(trusted[0], everyone)
+                slots = [_Slot("baseline", trusted[0]), _Slot("candidate", self.candidate)]
+                if self.aa_control:
+                    slots.append(_Slot("baseline_aa", trusted[1]))
+                slots.extend(_Slot(f"ref:{name}", worker) for name, worker in self.references.items())
+                rounds = self.rounds(slots, everyone)
+                self.judge(slots, rounds)
+                self.note(0.92, f"{spec.key}: re-validating")
+                if protocol.revalidate_sets:
+                    dists = [protocol.check_distributions[i % len(protocol.check_distributions)] for i in range(protocol.revalidate_sets)]
+                    self.outcome.absorb(self.check(self.candidate, dists, "revalidate", "correctness.revalidation_failed",
+                                                   timeout=self.timeout * 2 + protocol.call_timeout_floor_s))
+                    self.outcome.passed(("revalidation",))
+            except SandboxError as exc:
+                if self.candidate.failure is exc:
+                    self.outcome.errored(exc)
+                    return self.outcome
+                raise HarnessError(f"a trusted worker failed during {spec.key}: {exc} {exc.detail}") from exc
+            if self.outcome.checks.get("no_stray_processes") is None:
+                self.outcome.passed(("no_stray_processes",))
+            self._summarize(slots)
+            self.outcome.verdict = "rejected" if self.outcome.reasons else "accepted"
+            return self.outcome
+        finally:
+            self.candidate.close()
+            for worker in self.references.values():
+                worker.close()
+            self.session.sandbox.strays()
+
+    # ---------------------------------------------------------------- phases
+
+    def calibrate(self) -> int:
+        """Calls per sample so a baseline sample lasts about `target_sample_s` (cached per session)."""
+        protocol, spec = self.protocol, self.spec
+        key = f"{spec.key}/{protocol.name}"
+        if key not in self.session.calibration:
+            probe_calls = 8
+            inputs = self.session.inputs(spec, max(probe_calls, 2 * len(protocol.check_distributions)))
+            inputs.fill(seed=suite.derive_seed(self.seed, spec.key, "calibrate"))
+            worker = self.session.baselines(spec, 1, protocol, inputs)[0]
+            timeout = protocol.call_timeout_floor_s * 4
+            worker.call("prepare", timeout=timeout)
+            run = lambda n: self._sample(worker, list(range(n)), timeout=timeout, freeze=False)  # noqa: E731
+            run(1)
+            single = run(1).per_call_s
+            count = max(1, min(probe_calls, math.ceil(protocol.target_sample_s / single)))
+            per_call = run(count).per_call_s
+            worker.call("release", timeout=timeout)
+            calls = max(1, min(self.session.max_calls(spec, protocol), math.ceil(protocol.target_sample_s / per_call)))
+            self.session.calibration[key] = (calls, per_call)
+        calls, per_call = self.session.calibration[key]
+        self.timeout = max(protocol.call_timeout_floor_s, protocol.call_timeout_factor * per_call * calls)
+        return calls
+
+    def sanity(self, baseline: Worker) -> None:
+        """The baseline must pass its own suite; if it does not, the suite (not the candidate) is wrong."""
+        judgement = self.check(baseline, self.protocol.check_distributions, "baseline check", "correctness.mismatch",
+                               timeout=self.protocol.first_call_timeout_s)
+        if not judgement.passed:
+            raise HarnessError(f"the baseline fails suite checks for {self.spec.key}: {[r.message for r in judgement.reasons]}")
+
+    def check(self, worker: Worker, distributions: Sequence[str], phase: str, failure_code: str, *, timeout: float) -> Judgement:
+        """One sample through the same path as timed calls: each distribution's values in two slots
+        (equal values at different addresses: the determinism check); every output verified."""
+        assert self.inputs is not None
+        inputs = self.inputs
+        seed = suite.derive_seed(self.seed, self.spec.key, phase, secrets.randbits(32))
+        used = []
+        for index, distribution in enumerate(distributions):
+            inputs.fill(seed=suite.derive_seed(seed, index), slots=[2 * index], distribution=distribution)
+            inputs.copy_slot(2 * index, 2 * index + 1)
+            used += [2 * index, 2 * index + 1]
+        worker.call("prepare", timeout=timeout, **self._commit_fields())
+        judgement = Judgement()
+        sample = self._sample(worker, used, timeout=timeout)
+        try:
+            problems = self._sample_problems(worker, sample, phase)
+            if problems:
+                judgement.reasons.extend(problems)
+                return judgement
+            outputs = self._outputs(worker, sample, list(range(len(used))), phase)
+            if outputs is None:
+                judgement.reasons.append(Reason("correctness.output_type", f"{phase}: the outputs could not be read as described"))
+                return judgement
+            judgement.reasons.extend(self._mutations(worker, sample, used, phase))
+            atol, rtol = suite.tolerance(self.spec)
+            for index, distribution in enumerate(distributions):
+                where = f"{phase} set {index} ({distribution})"
+                args = inputs.inputs(2 * index)
+                refs = _as_tuple(suite.reference(self.spec, args))
+                masks = suite.check_mask(self.spec, args)
+                first, second = outputs[2 * index], outputs[2 * index + 1]
+                judgement.merge(verify.judge_outputs(first, refs, masks, atol=atol, rtol=rtol, where=where, failure_code=failure_code))
+                judgement.reasons.extend(
+                    r for r in verify.judge_determinism(first, second, refs, masks, atol=atol, rtol=rtol, where=where)
+                    if r not in judgement.reasons
+                )
+            return judgement
+        finally:
+            if sample.frozen:
+                thaw_quietly(worker)
+
+    def start_references(self) -> None:
+        for name in self.reference_points:
+            worker = self.session.sandbox.spawn("reference")
+            try:
+                assert self.inputs is not None
+                self.session.bind(worker, self.inputs, self.protocol)
+                self.session.load(worker, self.spec, REFERENCE_POINTS[name].format(fn=suite.baseline_fn(self.spec).__name__),
+                                  self.protocol, label=name)
+                judgement = self.check(worker, self.protocol.check_distributions[:1], f"{name} check", "correctness.mismatch",
+                                       timeout=self.protocol.first_call_timeout_s)
+                if not judgement.passed:
+                    raise HarnessError(judgement.reasons[0].message)
+                self.references[name] = worker
+            except (SandboxError, HarnessError) as exc:
+                self.outcome.references[name] = f"unavailable: {exc}"
+                worker.kill()
+
+    def probe(self, baseline: Worker, everyone: list[Worker]) -> None:
+        """Identical vs distinct inputs for baseline and candidate; a cache shows as a gap only the
+        candidate has. Distinct calls read slots of fresh values, as timed calls do."""
+        assert self.inputs is not None and self.candidate is not None
+        protocol, calls = self.protocol, self.calls
+        ratios: dict[str, list[float]] = {"baseline": [], "candidate": []}
+        problems: list[str] = []
+        order = np.random.default_rng(secrets.randbits(63))
+        for probe in range(protocol.probe_rounds):
+            self.inputs.fill(seed=suite.derive_seed(self.seed, self.spec.key, "probe", probe, secrets.randbits(32)), slots=range(calls))
+            for worker in (baseline, self.candidate):
+                worker.call("prepare", timeout=self.timeout)
+            batches = {True: [secrets.randbelow(calls)] * calls, False: list(range(calls))}
+            runs = [(label, identical) for label in ("baseline", "candidate") for identical in (True, False)]
+            records: dict[tuple[str, bool], Sample] = {}
+            for position in order.permutation(len(runs)):
+                label, identical = runs[int(position)]
+                measure.settle(everyone, max_wait_s=protocol.settle_max_s)
+                worker = baseline if label == "baseline" else self.candidate
+                sample = self._sample(worker, batches[identical], timeout=self.timeout)
+                if sample.frozen:
+                    self._stray_check(worker, "caching probe")
+                    worker.thaw()
+                records[(label, identical)] = sample
+                if label == "candidate" and sample.clock_problem:
+                    problems.append(sample.clock_problem)
+            cost = {key: _probe_cost(record, records[("baseline", key[1])], self.device) for key, record in records.items()}
+            for label in ratios:
+                ratios[label].append(cost[(label, True)] / cost[(label, False)])
+        ratio = {label: stats.median(values) for label, values in ratios.items()}
+        relative = stats.median_ci(
+            [c / max(b, 1e-12) for c, b in zip(ratios["candidate"], ratios["baseline"])],
+            seed=suite.derive_seed(self.seed, self.spec.key, "probe-ci") & 0xFFFFFFFF,
+            resamples=protocol.bootstrap_resamples,
+            confidence=protocol.confidence,
+        )
+        self.outcome.timing["caching_probe"] = {
+            "identical_over_distinct": ratio,
+            "candidate_over_baseline": [relative.point, relative.low, relative.high],
+            "rounds": protocol.probe_rounds,
+        }
+        if problems:
+            self.outcome.fail([Reason("timing.clock_mismatch", f"caching probe: {problems[0]}")])
+        if relative.high < 1.0 - protocol.caching_tolerance:
+            self.outcome.fail([Reason(
+                "timing.caching_suspected",
+                f"identical inputs cost {ratio['candidate']:.2f}x what distinct ones do for the candidate, {ratio['baseline']:.2f}x for the baseline",
+            )])
+        else:
+            self.outcome.passed(("no_caching",))
+
+    def rounds(self, slots: list[_Slot], everyone: list[Worker]) -> list[dict[str, Sample]]:
+        """Interleaved rounds: every round fresh values in every slot, every arm timed once in a
+        random order on the same inputs, the candidate's outputs challenged after they are fixed."""
+        assert self.inputs is not None and self.candidate is not None
+        protocol, spec, calls = self.protocol, self.spec, self.calls
+        order = np.random.default_rng(secrets.randbits(63))
+        total = protocol.warmup_rounds + protocol.rounds
+        measured: list[dict[str, Sample]] = []
+        for slot in slots:
+            slot.cpu_mark = slot.worker.cpu_ns()
+        for round_index in range(total):
+            if self.deadline is not None and round_index > protocol.warmup_rounds and time.monotonic() > self.deadline:
+                break
+            self.note(0.30 + 0.6 * round_index / total, f"{spec.key}: round {round_index + 1}/{total}")
+            round_seed = suite.derive_seed(self.seed, spec.key, "round", round_index, secrets.randbits(32))
+            self.inputs.fill(seed=round_seed, slots=range(calls))
+            # One call of each round reads values of a check distribution: which one is secret.
+            special = secrets.randbelow(calls)
+            distribution = protocol.check_distributions[round_index % len(protocol.check_distributions)]
+            if distribution != "normal":
+                self.inputs.fill(seed=suite.derive_seed(round_seed, "special"), slots=[special], distribution=distribution)
+            commit = self._commit_fields()
+            for slot in slots:
+                slot.worker.call("prepare", timeout=self.timeout, **commit)
+            records: dict[str, Sample] = {}
+            layout = list(range(calls))
+            for position in order.permutation(len(slots)):
+                slot = slots[int(position)]
+                measure.settle(everyone, max_wait_s=protocol.settle_max_s)
+                sample = self._sample(slot.worker, layout, timeout=self.timeout)
+                try:
+                    sample.cpu_round_ns = slot.worker.cpu_ns() - slot.cpu_mark
+                    if slot.worker is self.candidate:
+                        self._challenge(sample, special, round_index)
+                finally:
+                    if sample.frozen:
+                        slot.worker.thaw()
+                    slot.cpu_mark = slot.worker.cpu_ns() if not sample.frozen else slot.cpu_mark + sample.cpu_round_ns
+                records[slot.label] = sample
+            widened = self.candidate.cpus_widened()
+            if widened:
+                self.outcome.fail([Reason("integrity.cpus_widened", f"round {round_index + 1}: the candidate's threads may run on core(s) {widened}, outside the measurement cores {self.session.sandbox.config.cpus}")])
+                break
+            if round_index >= protocol.warmup_rounds:
+                for slot in slots:
+                    slot.samples.append(records[slot.label])
+                measured.append(records)
+            if any(r.code.startswith(("correctness.", "integrity.")) for r in self.outcome.reasons):
+                break  # proven wrong: more rounds would only repeat it
+        for slot in slots:
+            slot.worker.call("release", timeout=self.timeout)
+        return measured
+
+    # ---------------------------------------------------------------- judging
+
+    def _challenge(self, sample: Sample, special: int, round_index: int) -> None:
+        """Verify calls drawn now, from a secret source, after the outputs were fixed."""
+        assert self.candidate is not None and self.inputs is not None
+        where = f"round {round_index + 1}"
+        problems = self._sample_problems(self.candidate, sample, where)
+        if problems:
+            self.outcome.fail(problems)
+            return
+        count = min(self.protocol.verify_per_round, sample.calls)
+        picks = sorted({special, *_CHALLENGE.sample(range(sample.calls), count)})
+        self.outcome.fail(self._mutations(self.candidate, sample, picks, where))
+        outputs = self._outputs(self.candidate, sample, picks, where)
+        if outputs is None:
+            self.outcome.fail([Reason("correctness.timed_output_mismatch", f"{where}: the worker did not give the challenged outputs")])
+            return
+        atol, rtol = suite.tolerance(self.spec)
+        for call, got in zip(picks, outputs):
+            args = self.inputs.inputs(call)
+            refs = _as_tuple(suite.reference(self.spec, args))
+            self.outcome.absorb(verify.judge_outputs(
+                got, refs, suite.check_mask(self.spec, args), atol=atol, rtol=rtol,
+                where=f"{where}, timed call {call}", failure_code="correctness.timed_output_mismatch",
+            ))
+
+    def _sample_problems(self, worker: Worker, sample: Sample, where: str) -> list[Reason]:
+        """What a sample's description alone shows: wrong kinds of output, aliasing, threads, strays."""
+        shapes = suite.output_shapes(self.spec)
+        reasons = verify.check_output_meta(sample.meta, expected_shapes=shapes, dtype=self.spec.dtype,
+                                           device_type=torch.device(self.device).type, where=f"{where}, call 0")
+        if sample.inconsistent:
+            reasons.append(Reason("correctness.timed_output_mismatch", f"{where}: calls {sample.inconsistent[:5]} returned a different kind of output than call 0"))
+        binding = self.session.bindings.get(worker.pid)
+        if binding is not None and not self.device.startswith("cuda") and overlaps(sample, sample.meta, self.spec, binding.region):
+            reasons.append(Reason("integrity.output_aliases_input", f"{where}: an output lies in the inputs' memory"))
+        if sample.threads_left:
+            reasons.append(Reason("integrity.thread_left_running", f"{where}: {sample.threads_left} thread(s) started during the sample still running after it"))
+        if sample.frozen:
+            reasons.extend(self._stray_check(worker, where, record=False))
+        return reasons
+
+    def _mutations(self, worker: Worker, sample: Sample, slots: Sequence[int], where: str) -> list[Reason]:
+        """Inputs of `slots` as the frozen worker holds them, against what the parent wrote: a write
+        to an input lands in the worker's private copy and shows here."""
+        binding = self.session.bindings.get(worker.pid)
+        if not sample.frozen or binding is None or self.inputs is None:
+            return []
+        names = [layout.name for layout in suite.input_layouts(self.spec)]
+        changed = []
+        for slot in sorted(set(slots)):
+            for name, (offset, wrote) in zip(names, self.inputs.slot_bytes(slot)):
+                try:
+                    held = worker.read_memory(binding.base + offset, len(wrote))
+                except SandboxError:
+                    held = b""
+                if held != wrote:
+                    changed.append(name)
+        if not changed:
+            return []
+        return [Reason("integrity.input_mutated", f"{where}: the candidate changed input(s) {', '.join(sorted(set(changed)))}")]
+
+    def _stray_check(self, worker: Worker, where: str, *, record: bool = True) -> list[Reason]:
+        extra = worker.extra_processes() if hasattr(worker, "extra_processes") else []
+        if not extra:
+            return []
+        reason = Reason("integrity.stray_process", f"{where}: {len(extra)} process(es) of the candidate's still existed after its calls returned: {extra[:5]}")
+        if record:
+            self.outcome.fail([reason])
+        return [reason]
+
+    def _outputs(self, worker: Worker, sample: Sample, calls: Sequence[int], where: str) -> list[list[torch.Tensor]] | None:
+        """The outputs of `calls`: read from the frozen worker, or fetched and held to their commitments."""
+        shapes = suite.output_shapes(self.spec)
+        if sample.frozen:
+            outputs = []
+            for call in calls:
+                try:
+                    got = read_outputs(worker, self.spec, sample, call)
+                except SandboxError:
+                    got = None
+                if got is None:
+                    return None
+                outputs.append(got)
+            return outputs
+        reply = worker.call("fetch", timeout=self.timeout, indices=list(calls),
+                            max_reply_bytes=_output_bytes(self.spec) * len(calls) + 4096)
+        if len(reply.tensors) != len(calls) * len(shapes):
+            return None
+        outputs = [reply.tensors[i * len(shapes):(i + 1) * len(shapes)] for i in range(len(calls))]
+        if worker is self.candidate:
+            weights = self._weights
+            for call, got in zip(calls, outputs):
+                claimed = sample.checksums[call] if call < len(sample.checksums) else []
+                if len(claimed) != len(got) or not all(measure.commitment_holds(float(c), o.to(self.device), w) for c, o, w in zip(claimed, got, weights)):
+                    self.outcome.fail([Reason("integrity.commitment_mismatch", f"{where}, call {call}: outputs differ from the checksum committed when its sample ended")])
+        return outputs
+
+    def _commit_fields(self) -> dict[str, Any]:
+        """Without a freezer, workers commit to checksums with weights drawn per round."""
+        if self.freeze:
+            return {}
+        seed = secrets.randbits(62)
+        self._weights = [w.to(self.device) for w in _commit_weights(self.spec, seed)]
+        return {"commit_seed": seed}
+
+    def _sample(self, worker: Worker, layout: Sequence[int], *, timeout: float, freeze: bool | None = None) -> Sample:
+        discount = self.protocol.discount_preemption and self.device == "cpu" and worker.sandbox.config.threads == 1
+        freeze = self.freeze if freeze is None else freeze
+        return timed_sample(worker, layout, device=self.device, timeout=timeout, discount_preemption=discount, freeze=freeze)
+
+    def judge(self, slots: list[_Slot], rounds: list[dict[str, Sample]]) -> None:
+        judge_timing(self.outcome, slots, rounds, self.protocol, device=self.device, seed=self.seed)
+
+    def _summarize(self, slots: list[_Slot]) -> None:
+        outcome = self.outcome
+        outcome.baseline = slots[0].per_call
+        outcome.candidate = slots[1].per_call
+        if self.aa_control:
+            outcome.baseline_aa = slots[2].per_call
+        for slot in slots:
+            if slot.label.startswith("ref:"):
+                outcome.references[slot.label[4:]] = slot.per_call
+        outcome.timing["calls_per_sample"] = self.calls
+        outcome.timing["outputs_read_from_frozen_worker"] = self.freeze
+        shares = [s.preempted_ns / s.reported_ns for slot in slots for s in slot.samples if s.reported_ns > 0]
+        if shares and any(s.preempted_ns for slot in slots for s in slot.samples):
+            outcome.timing["preempted_share"] = {"median": stats.median(shares), "max": max(shares)}
+        outcome.timing["rounds"] = len(outcome.candidate)
+        assert self.inputs is not None
+        outcome.timing["inputs"] = self.inputs.layout.to_dict()
+
+
+def _commit_weights(spec: WorkloadSpec, seed: int) -> list[torch.Tensor]:
+    from runners.audit.worker import commit_weights
+
+    return commit_weights(spec, seed, device="cpu")
+
+
+def _output_bytes(spec: WorkloadSpec) -> int:
+    elsize = torch.empty((), dtype=spec.torch_dtype).element_size()
+    return sum(math.prod(shape) for shape in suite.output_shapes(spec)) * elsize
+
+
+def _probe_cost(record: Sample, baseline: Sample, device: str) -> float:
+    """What the calls of one probe sample cost: device time on GPUs; on CPU the kernel's account of
+    the worker's whole tree, less the harness's own CPU as the trusted worker showed it."""
+    if device.startswith("cuda"):
+        return record.per_call_s
+    if record is baseline and record.cpu_timed_ns is not None:
+        return max(record.cpu_timed_ns, 1000) / 1e9
+    harness = baseline.cpu_run_ns - (baseline.cpu_timed_ns or 0)
+    return max(record.cpu_run_ns - harness, 1000) / 1e9
+
+
+def judge_timing(outcome: Outcome, slots: list[_Slot], rounds: list[dict[str, Sample]], protocol: Protocol, *, device: str, seed: int) -> None:
+    """The candidate's claims against the parent's clock and the kernel's CPU accounting, with the
+    trusted workers of the same rounds as the measure of what the harness costs.
+
+    CPU (one allowance per sample): everything the candidate's process tree used in a round (idle,
+    prepare, the run, describing outputs) beyond `threads` x the time it reported (after the
+    preemption discount) must match what the same harness code cost the trusted workers, within
+    `round_cpu_abs_s` + `round_cpu_rel` x the reported time + `round_cpu_harness_rel` x the harness
+    cost. Judged by the lower bound of a bootstrap CI of the median, so noise widens the interval
+    instead of rejecting honest work."""
+    candidate = next(slot for slot in slots if slot.label == "candidate")
+    trusted = [slot for slot in slots if slot.label.startswith("baseline")]
+    problems = [s.clock_problem for s in candidate.samples if s.clock_problem]
+    reported = stats.median([s.reported_ns / 1e9 for s in candidate.samples]) if candidate.samples else 0.0
+    bootstrap = {"resamples": protocol.bootstrap_resamples, "confidence": protocol.confidence}
+    summary: dict[str, Any] = {}
+    if problems:
+        outcome.fail([Reason("timing.clock_mismatch", problems[0])])
+    if rounds:
+        wall = [r["candidate"].unaccounted_s - sum(r[s.label].unaccounted_s for s in trusted) / len(trusted) for r in rounds]
+        wall_est = stats.median_ci(wall, seed=suite.derive_seed(seed, "wall") & 0xFFFFFFFF, **bootstrap)
+        summary["unaccounted_extra_s"] = [wall_est.point, wall_est.low, wall_est.high]
+        if not problems and wall_est.low > protocol.clock_slack_abs_s + protocol.clock_slack_rel * reported:
+            outcome.fail([Reason(
+                "timing.clock_mismatch",
+                f"the parent's window exceeds the candidate's reported time by {wall_est.point * 1e3:.2f} ms more "
+                f"than trusted workers need (reported {reported * 1e3:.2f} ms per sample)",
+            )])
+        if not device.startswith("cuda") and all(r[s.label].cpu_timed_ns is not None for r in rounds for s in trusted):
+            _judge_cpu(outcome, summary, candidate, trusted, rounds, protocol, seed=seed, checked=not problems)
+    outcome.timing.update(summary)
+    outcome.passed(TIMING_CHECKS)
+
+
+def _judge_cpu(outcome: Outcome, summary: dict[str, Any], candidate: _Slot, trusted: list[_Slot],
+               rounds: list[dict[str, Sample]], protocol: Protocol, *, seed: int, checked: bool) -> None:
+    """Two figures per round, each against what trusted workers of the same round show:
+    - hidden work: the candidate tree's CPU outside its run requests (idle, prepare) plus the wall
+      time of its run requests outside its own timer (before the timer starts, after it stops,
+      before the reply: the only places work can hide from the timer inside a request). One
+      allowance covers their sum.
+    - parallel work: the tree's CPU inside its run requests beyond `threads` x the time it reported
+      (a helper process or extra threads)."""
+    cores = candidate.worker.sandbox.config.threads
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values)
+    hidden, outside, harness, parallel, run_harness = [], [], [], [], []
+    for r in rounds:
+        c = r["candidate"]
+        outside_t = mean([(r[s.label].cpu_round_ns - r[s.label].cpu_run_ns) / 1e9 for s in trusted])
+        gap_t = mean([(r[s.label].window_ns - r[s.label].reported_ns) / 1e9 for s in trusted])
+        harness.append(outside_t + gap_t)
+        outside.append((c.cpu_round_ns - c.cpu_run_ns) / 1e9 - outside_t)
+        hidden.append(outside[-1] + (c.window_ns - c.reported_ns) / 1e9 - gap_t)
+        run_h = mean([(r[s.label].cpu_run_ns - (r[s.label].cpu_timed_ns or 0)) / 1e9 for s in trusted])
+        run_harness.append(run_h)
+        parallel.append(c.cpu_run_ns / 1e9 - cores * c.reported_ns / 1e9 - run_h)
+    reported = stats.median([r["candidate"].reported_ns / 1e9 for r in rounds])
+    est = stats.median_ci(hidden, seed=suite.derive_seed(seed, "cpu", "hidden") & 0xFFFFFFFF, **bootstrap_args(protocol))
+    allowed = protocol.round_cpu_abs_s + protocol.round_cpu_rel * reported + protocol.round_cpu_harness_rel * stats.median(harness)
+    summary["hidden_work_s"] = [est.point, est.low, est.high]
+    summary["harness_cost_s"] = stats.median(harness)
+    summary["hidden_work_allowed_s"] = allowed
+    summary["hidden_share_allowed"] = allowed / max(reported, 1e-12)
+    par = stats.median_ci(parallel, seed=suite.derive_seed(seed, "cpu", "parallel") & 0xFFFFFFFF, **bootstrap_args(protocol))
+    par_allowed = protocol.round_cpu_abs_s + protocol.round_cpu_rel * cores * reported + protocol.round_cpu_harness_rel * stats.median(run_harness)
+    summary["cpu_beyond_threads_s"] = [par.point, par.low, par.high]
+    summary["cpu_beyond_threads_allowed_s"] = par_allowed
+    if not checked:
+        return
+    if est.low > allowed:
+        # Named by where most of it was: CPU between samples, or time inside a sample's request.
+        between = stats.median(outside) > est.point / 2
+        outcome.fail([Reason(
+            "integrity.background_cpu" if between else "timing.clock_mismatch",
+            f"the candidate spent {est.point * 1e3:.2f} ms per round more than trusted workers outside its own timer "
+            f"(CPU between its samples, and time inside a sample's request before its timer started or after it stopped; "
+            f"{allowed * 1e3:.2f} ms allowed against {reported * 1e3:.2f} ms reported): work hidden from the timer",
+        )])
+    elif par.low > par_allowed:
+        outcome.fail([Reason(
+            "timing.clock_mismatch",
+            f"the candidate's processes used {par.point * 1e3:.2f} ms more CPU per sample than {cores} thread(s) can spend in the "
+            f"{reported * 1e3:.2f} ms it reported ({par_allowed * 1e3:.2f} ms allowed): work in other processes or threads beyond the protocol's",
+        )])
+
+
+def bootstrap_args(protocol: Protocol) -> dict[str, Any]:
+    return {"resamples": protocol.bootstrap_resamples, "confidence": protocol.confidence}

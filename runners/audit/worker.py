@@ -1,0 +1,262 @@
+"""What runs inside a kernel-audit worker, beside the candidate: load, bind inputs, time, describe.
+
+UNTRUSTED side: this code shares its process with candidate code, which can patch any of it. The
+parent therefore relies on nothing here but what it can check from outside (the kernel's CPU
+accounting of the worker's cgroup, its own clock, and output memory it reads while the worker is
+frozen); what this file reports only makes reasons clearer.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import os
+import secrets
+import sys
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+import torch
+
+from runners import suite, verify
+from runners.audit.inputs import SlotLayout, map_inputs
+from runners.measure import candidate_fault
+from runners.sandbox import WorkerFault
+from runners.suite import WorkloadSpec
+
+
+def describe(results: Sequence[Any], *, expect_tuple: bool) -> dict[str, Any]:
+    """Where every call's outputs live (the parent reads them from outside) and whether every call
+    returned the same kind of output as call 0. Kept to a few attribute reads per call: this runs
+    after the timer stops, in every arm alike, and its cost is what the CPU check allows for."""
+    first = results[0] if results else None
+    items0, meta = verify.inspect_outputs(first, [], expect_tuple=expect_tuple)
+    signature = [(tuple(t.shape), t.stride(), t.dtype, t.device) for t in items0] if items0 is not None else None
+    pointers: list[list[int]] = []
+    inconsistent: list[int] = []
+    for index, result in enumerate(results):
+        items = result if expect_tuple and isinstance(result, (tuple, list)) else (result,)
+        if signature is None or len(items) != len(signature):
+            inconsistent.append(index)
+            pointers.append([])
+            continue
+        row = []
+        for item, (shape, stride, dtype, device) in zip(items, signature):
+            if type(item) is not torch.Tensor or item.shape != shape or item.stride() != stride or item.dtype != dtype or item.device != device:
+                inconsistent.append(index)
+                row = []
+                break
+            row.append(item.data_ptr())
+        pointers.append(row)
+    if meta is not None and items0 is not None:
+        for item, tensor in zip(meta, items0):
+            item["strides"] = list(tensor.stride())
+    return {"meta": meta, "pointers": pointers, "inconsistent": inconsistent[:50], "inconsistent_count": len(inconsistent)}
+
+
+def checksums(outputs: Sequence[Sequence[torch.Tensor]], weights: Sequence[torch.Tensor]) -> list[list[float]]:
+    """sum(output * weight) for every call and output (the commitment, where outputs cannot be read
+    from outside: device memory)."""
+    table = [[float("nan")] * len(call) for call in outputs]
+    slots: list[tuple[int, int]] = []
+    dots: list[torch.Tensor] = []
+    for i, call in enumerate(outputs):
+        for index, (tensor, weight) in enumerate(zip(call, weights)):
+            if type(tensor) is torch.Tensor and tensor.numel() == weight.numel() and tensor.device == weight.device:
+                slots.append((i, index))
+                dots.append(torch.dot(tensor.reshape(-1).to(torch.float32), weight))
+    if dots:
+        for (i, index), value in zip(slots, torch.stack(dots).tolist()):
+            table[i][index] = value
+    return table
+
+
+def commit_weights(spec: WorkloadSpec, seed: int, *, device: str) -> list[torch.Tensor]:
+    weights = []
+    for index, shape in enumerate(suite.output_shapes(spec)):
+        generator = torch.Generator(device=device).manual_seed(suite.derive_seed(seed, spec.key, "commit", index))
+        size = 1
+        for dim in shape:
+            size *= dim
+        weights.append(torch.randn(size, generator=generator, device=device, dtype=torch.float32))
+    return weights
+
+
+def _heap_spacer() -> torch.Tensor:
+    """A block of random size, held for one round, that shifts where the round's outputs land, so
+    output placement is round-to-round noise rather than a per-process constant."""
+    return torch.empty(64 * secrets.randbelow(65), dtype=torch.uint8)
+
+
+class KernelWorker:
+    """Serves the parent: load, bind, prepare, run, fetch, release. Every call the candidate sees
+    (checks, timed calls, probes, re-validation) comes through `op_run` on slot views of one
+    read-only mapping: nothing tells a check from a timed call."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.spec: WorkloadSpec | None = None
+        self.kernel: Callable[..., Any] | None = None
+        self.layout: SlotLayout | None = None
+        self.mapping: Any = None
+        self.views: list[tuple[torch.Tensor, ...]] = []
+        self.results: list[Any] = []
+        self.outputs: list[list[torch.Tensor]] = []
+        self.weights: list[torch.Tensor] = []
+        self.spacer: torch.Tensor | None = None
+        self.flush: torch.Tensor | None = None
+        self.loads = 0
+        self.called = False
+
+    def handle(self, op: str, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        method = getattr(self, f"op_{op}", None)
+        if method is None:
+            raise ValueError(f"unknown op {op!r}")
+        return method(header)
+
+    def op_ping(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        return {"pid": os.getpid()}, []
+
+    def op_bind(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        """Map a spec's shared input file. Sent before any candidate code is loaded, so the address
+        reported here is the harness's own."""
+        self.spec = WorkloadSpec.from_dict(header["spec"])
+        self.results, self.outputs, self.views = [], [], []
+        self.mapping = None
+        gc.collect()
+        self.layout = SlotLayout.for_spec(self.spec, int(header["slots"]))
+        self.mapping, base = map_inputs(str(header["path"]), self.layout.nbytes)
+        host = [self.layout.views(base, slot) for slot in range(self.layout.slots)]
+        if self.device.startswith("cuda"):
+            torch.cuda.set_device(torch.device(self.device).index or 0)
+            self.views = [tuple(t.to(self.device) for t in views) for views in host]
+        else:
+            self.views = host
+        return {"base": base.data_ptr(), "nbytes": self.layout.nbytes}, []
+
+    def op_load(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        self.kernel = None
+        self.loads += 1
+        # A real file, so tracebacks, inspect.getsource and triton.jit see the source.
+        path = os.path.join(os.getcwd(), f"{header.get('module', 'candidate')}_{self.loads}.py")
+        with open(path, "w") as handle:
+            handle.write(header["source"])
+        name = f"dyno_candidate_{self.loads}"
+        threads_before = verify.python_threads()
+        try:
+            module_spec = importlib.util.spec_from_file_location(name, path)
+            assert module_spec is not None and module_spec.loader is not None
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[name] = module
+            module_spec.loader.exec_module(module)
+        except BaseException as exc:
+            raise candidate_fault(exc, during="importing the candidate", import_phase=True) from None
+        kernel = getattr(module, "kernel", None)
+        if not callable(kernel):
+            raise WorkerFault("sandbox.no_kernel", "the module defines no callable `kernel(*inputs)`")
+        self.kernel = kernel
+        self.called = False
+        started = verify.python_threads() - threads_before
+        if started:
+            names = sorted(t.name for t in threading.enumerate() if t.ident in started)
+            raise WorkerFault(
+                "integrity.thread_left_running",
+                f"importing the candidate started {len(started)} thread(s) that are still running ({', '.join(names)[:200]}); "
+                "start worker threads inside a call and join them before it returns",
+            )
+        if self.device.startswith("cuda") and self.flush is None and int(header.get("l2_flush_bytes", 0)):
+            self.flush = torch.empty(int(header["l2_flush_bytes"]) // 4, dtype=torch.int32, device=self.device)
+        return {}, []
+
+    def op_prepare(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        """Between rounds: drop the last sample's outputs, collect garbage (automatic collection is
+        off), take this round's values (device copies on GPUs) and a fresh heap offset."""
+        assert self.layout is not None
+        self.results, self.outputs, self.spacer = [], [], None
+        gc.collect()
+        gc.freeze()
+        if self.device.startswith("cuda") and self.mapping is not None:
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                base = torch.frombuffer(self.mapping, dtype=torch.uint8, count=self.layout.nbytes)
+            for slot in header.get("slots", range(self.layout.slots)):
+                for dst, src in zip(self.views[int(slot)], self.layout.views(base, int(slot))):
+                    dst.copy_(src, non_blocking=False)
+            torch.cuda.synchronize()
+        if header.get("commit_seed") is not None:
+            assert self.spec is not None
+            self.weights = commit_weights(self.spec, int(header["commit_seed"]), device=self.device)
+        if self.device == "cpu":
+            self.spacer = _heap_spacer()
+        return {}, []
+
+    def op_run(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        """Time one sample: one call per listed slot, then say where the outputs are."""
+        assert self.spec is not None and self.kernel is not None
+        calls = [self.views[int(slot)] for slot in header["slots"]]
+        results: list[Any] = [None] * len(calls)
+        reply: dict[str, Any] = {}
+        kernel = self.kernel
+        first = 0
+        with torch.no_grad():
+            try:
+                if not self.called and calls:
+                    # The very first call may start runtime pools (torch.compile, Triton); threads
+                    # any later call starts and leaves running are the candidate's.
+                    results[0], first, self.called = kernel(*calls[0]), 1, True
+                threads_before = verify.python_threads()
+                if self.device.startswith("cuda"):
+                    reply["calls"] = self._time_cuda(calls, results, first)
+                else:
+                    c0 = time.process_time_ns()
+                    t0 = time.perf_counter_ns()
+                    for index in range(first, len(calls)):
+                        results[index] = kernel(*calls[index])
+                    t1 = time.perf_counter_ns()
+                    c1 = time.process_time_ns()
+                    reply.update(t0=t0, t1=t1, cpu_timed_ns=c1 - c0)
+            except BaseException as exc:
+                raise candidate_fault(exc, during="a call") from None
+        reply["threads_left"] = len(verify.python_threads() - threads_before)
+        self.results = results  # alive until the next prepare: the parent reads them from outside
+        reply.update(describe(results, expect_tuple=suite.returns_tuple(self.spec)))
+        if self.weights:
+            self.outputs = [list(r) if isinstance(r, (tuple, list)) else [r] for r in results]
+            reply["checksums"] = checksums(self.outputs, self.weights)
+        return reply, []
+
+    def _time_cuda(self, calls: list[tuple[torch.Tensor, ...]], results: list[Any], first: int) -> list[list[float]]:
+        timed: list[list[float]] = []
+        starts = [torch.cuda.Event(enable_timing=True) for _ in calls[first:]]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in calls[first:]]
+        assert self.kernel is not None
+        for index, args in enumerate(calls[first:]):
+            if self.flush is not None:
+                self.flush.zero_()  # evict L2, so no call finds the previous call's data
+            torch.cuda.synchronize()
+            h0 = time.perf_counter_ns()
+            starts[index].record()
+            results[first + index] = self.kernel(*args)
+            # Device-wide: work the candidate left on other streams finishes inside the window.
+            torch.cuda.synchronize()
+            ends[index].record()
+            ends[index].synchronize()
+            h1 = time.perf_counter_ns()
+            timed.append([h0, h1, 0.0])
+        for call, start, end in zip(timed, starts, ends):
+            call[2] = start.elapsed_time(end) / 1e3
+        return timed
+
+    def op_fetch(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        """Outputs of chosen calls, where the parent cannot read them itself (device memory)."""
+        tensors: list[torch.Tensor] = []
+        for index in header["indices"]:
+            tensors.extend(t for t in self.outputs[int(index)] if type(t) is torch.Tensor)
+        return {}, tensors
+
+    def op_release(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        self.results, self.outputs, self.weights, self.spacer = [], [], [], None
+        return {}, []
