@@ -11,12 +11,15 @@ whole model, including everything between the kernels that no workload covers.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import os
 import secrets
+import shutil
+import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -426,13 +429,12 @@ def audit_model_forward(
     note = progress or (lambda fraction, message: None)
     started = time.monotonic()
     base_config = sandbox_config or SandboxConfig(device=device)
-    config_for_run = replace(
-        base_config, device=device, threads=protocol.worker_threads(),
-        extra_read_roots=(*base_config.extra_read_roots, str(model_dir)), worker_handler=HANDLER,
-    )
     entries: list[dict[str, Any]] = []
     notes: list[str] = []
-    with measure.harness_threads(), Sandbox(config_for_run) as sandbox:
+    with _readable_copy(model_dir) as model_dir, measure.harness_threads(), Sandbox(replace(
+        base_config, device=device, threads=protocol.worker_threads(),
+        extra_read_roots=(*base_config.extra_read_roots, str(model_dir)), worker_handler=HANDLER,
+    )) as sandbox:
         note(0.0, "end to end: loading the model in baseline, optimized and A/A workers")
         try:
             slots = {label: _Slot(label, sandbox.spawn(role)) for label, role in
@@ -488,10 +490,11 @@ def audit_model_forward(
         "dtype": info.get("dtype"),
         "artifact_strategy": (artifact_dict or {}).get("strategy", "none"),
         "protocol": {"name": protocol.name, "rounds": protocol.rounds, "warmup_rounds": protocol.warmup_rounds,
-                     "aa_tolerance": protocol.aa_tolerance, "threads": config_for_run.threads,
-                     "discount_preemption": protocol.discount_preemption and device == "cpu" and config_for_run.threads == 1,
+                     "aa_tolerance": protocol.aa_tolerance, "threads": protocol.worker_threads(),
+                     "discount_preemption": protocol.discount_preemption and device == "cpu" and protocol.worker_threads() == 1,
                      "target_sample_s": protocol.target_sample_s},
-        "sandbox": {"user": sandbox_info.get("user"), "landlock_abi": sandbox_info.get("landlock_abi")},
+        "sandbox": {"user": sandbox_info.get("user"), "landlock_abi": sandbox_info.get("landlock_abi"),
+                    "protections": sandbox_info.get("protections"), "complete": sandbox_info.get("complete")},
         "phases": entries,
         "notes": notes,
         "seconds": time.monotonic() - started,
@@ -510,6 +513,28 @@ def _artifact_dict(artifact: Any) -> dict[str, Any] | None:
         OptimizationArtifact.from_dict(dict(artifact))  # raises ArtifactMismatch (a ValueError) with why
         return dict(artifact)
     raise ValueError(f"artifact must be an OptimizationArtifact, its dict or None, not {type(artifact).__name__}")
+
+
+@contextlib.contextmanager
+def _readable_copy(model_dir: Path) -> Iterator[Path]:
+    """Workers run as an unprivileged uid, which may not read the runner's copy of a model (files
+    private to the runner): when the harness runs as root they read a copy made readable to them,
+    removed afterwards (copied in the kernel: seconds for a few GB)."""
+    if os.geteuid() != 0:
+        yield model_dir
+        return
+    stage = Path(tempfile.mkdtemp(prefix="dyno-model-"))
+    try:
+        os.chmod(stage, 0o755)
+        target = stage / model_dir.name
+        shutil.copytree(model_dir, target, symlinks=False, copy_function=shutil.copyfile)
+        for root, _, files in os.walk(target):
+            os.chmod(root, 0o755)
+            for name in files:
+                os.chmod(os.path.join(root, name), 0o644)
+        yield target
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def _load_trusted(worker: Worker, model_dir: Path, timeout: float) -> dict[str, Any]:

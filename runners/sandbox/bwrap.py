@@ -27,12 +27,13 @@ def _bind(path: str, flag: str) -> list[str]:
 
 def _parents(paths: Sequence[str], *, premounted: Sequence[str]) -> list[str]:
     """The directories above `paths` that no bind or mount of its own provides, parents first."""
-    covered = [*paths, *premounted]
     found: set[str] = set()
     for path in paths:
         parent = os.path.dirname(path)
         while parent not in ("/", ""):
-            if not any(parent == c or parent.startswith(c.rstrip("/") + "/") for c in covered):
+            # A bind provides its whole subtree; a private mount (/tmp) only its own directory.
+            bound = any(parent == c or parent.startswith(c.rstrip("/") + "/") for c in paths)
+            if not bound and parent not in premounted:
                 found.add(parent)
             parent = os.path.dirname(parent)
     return sorted(found, key=lambda p: (p.count("/"), p))
