@@ -69,11 +69,14 @@ class Protocol:
     discount_preemption: bool = True
     # Kernel audits judge a round's CPU as one figure (see runners.audit.kernel.judge_timing): the
     # candidate's whole process tree may exceed threads x its reported time plus what the harness
-    # costs trusted workers by at most this much. Outputs are read from outside and inputs written
-    # by the parent, so the harness's own work in a worker is small and so is the allowance.
+    # costs trusted workers by at most round_cpu_abs_s + round_cpu_rel x that time. Outputs are
+    # read from outside, inputs written by the parent, and workers frozen between their samples, so
+    # there is little harness work to hide behind and the allowance is small.
     round_cpu_abs_s: float = 0.0002
     round_cpu_rel: float = 0.02
-    round_cpu_harness_rel: float = 0.15
+    # Challenged calls per round: at least verify_per_round, and this share of a sample's calls (at
+    # most 16), so skipping a few calls of a long sample is caught within a few rounds.
+    verify_share: float = 0.05
 
     def worker_threads(self) -> int:
         return self.threads or max(1, len(os.sched_getaffinity(0)) - 1)

@@ -47,12 +47,16 @@ class Sample:
 
 
 def cpu_clock(header: dict[str, Any], sent: int, received: int) -> tuple[int, str | None]:
-    t0, t1 = header.get("t0"), header.get("t1")
+    t0, t1, timed = header.get("t0"), header.get("t1"), header.get("timed_ns", None)
     if not isinstance(t0, int) or not isinstance(t1, int):
         return 0, "no timestamps"
     if not sent <= t0 <= t1 <= received:
         return max(0, t1 - t0), f"timestamps [{t0}, {t1}] fall outside the parent's window [{sent}, {received}] on the same monotonic clock"
-    return t1 - t0, None
+    if timed is None:
+        return t1 - t0, None
+    if not isinstance(timed, int) or not 0 < timed <= t1 - t0:
+        return max(0, t1 - t0), f"timed total {timed!r} ns does not fit between its first and last timestamps"
+    return timed, None
 
 
 def cuda_clock(header: dict[str, Any], sent: int, received: int) -> tuple[int, list[float], str | None]:
@@ -92,10 +96,11 @@ def sample_time(header: dict[str, Any], reply: Any, *, calls: int, device: str, 
 
 
 def timed_sample(
-    worker: Worker, slots: Sequence[int], *, device: str, timeout: float, discount_preemption: bool, freeze: bool
+    worker: Worker, slots: Sequence[int], *, device: str, timeout: float, discount_preemption: bool,
+    freeze: bool, fields: dict[str, Any] | None = None,
 ) -> Sample:
-    """Run one sample. With `freeze`, the worker's tree is left frozen (the caller reads outputs,
-    then thaws): from the reply on, nothing in it can compute what it did not compute in time.
+    """Run one sample. With `freeze`, the worker's tree is left frozen from the reply on (until the next request to it thaws it): nothing in it can
+    compute what it did not compute in time, or work between its samples.
 
     With `discount_preemption` (CPU, one thread), the calling thread's run-queue wait, read by the
     parent, comes off the sample, never below the CPU the worker's whole tree used over the same
@@ -103,7 +108,7 @@ def timed_sample(
     discounted."""
     wait_before = worker.runqueue_wait_ns() if discount_preemption else None
     cpu_before = worker.cpu_ns()
-    reply = worker.call("run", timeout=timeout, slots=list(slots))
+    reply = worker.call("run", timeout=timeout, slots=list(slots), **(fields or {}))
     if freeze:
         worker.freeze()
     wait_after = worker.runqueue_wait_ns() if discount_preemption else None

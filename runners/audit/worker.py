@@ -90,7 +90,7 @@ def _heap_spacer() -> torch.Tensor:
 
 
 class KernelWorker:
-    """Serves the parent: load, bind, prepare, run, fetch, release. Every call the candidate sees
+    """Serves the parent: bind, load, run, fetch, release. Every call the candidate sees
     (checks, timed calls, probes, re-validation) comes through `op_run` on slot views of one
     read-only mapping: nothing tells a check from a timed call."""
 
@@ -169,33 +169,18 @@ class KernelWorker:
             self.flush = torch.empty(int(header["l2_flush_bytes"]) // 4, dtype=torch.int32, device=self.device)
         return {}, []
 
-    def op_prepare(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        """Between rounds: drop the last sample's outputs, collect garbage (automatic collection is
-        off), take this round's values (device copies on GPUs) and a fresh heap offset."""
-        assert self.layout is not None
-        self.results, self.outputs, self.spacer = [], [], None
-        gc.collect()
-        gc.freeze()
-        if self.device.startswith("cuda") and self.mapping is not None:
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                base = torch.frombuffer(self.mapping, dtype=torch.uint8, count=self.layout.nbytes)
-            for slot in header.get("slots", range(self.layout.slots)):
-                for dst, src in zip(self.views[int(slot)], self.layout.views(base, int(slot))):
-                    dst.copy_(src, non_blocking=False)
-            torch.cuda.synchronize()
-        if header.get("commit_seed") is not None:
-            assert self.spec is not None
-            self.weights = commit_weights(self.spec, int(header["commit_seed"]), device=self.device)
-        if self.device == "cpu":
-            self.spacer = _heap_spacer()
-        return {}, []
-
     def op_run(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
         """Time one sample: one call per listed slot, then say where the outputs are."""
         assert self.spec is not None and self.kernel is not None
+        # A new sample: the last one's outputs go, a fresh heap offset moves where this one's land
+        # (output placement is then round-to-round noise, not a per-process constant).
+        self.results, self.outputs, self.spacer = [], [], None
+        if header.get("commit_seed") is not None:
+            self.weights = commit_weights(self.spec, int(header["commit_seed"]), device=self.device)
+        if self.device == "cpu":
+            self.spacer = _heap_spacer()
+        if self.device.startswith("cuda"):
+            self._upload([int(slot) for slot in header["slots"]])
         calls = [self.views[int(slot)] for slot in header["slots"]]
         results: list[Any] = [None] * len(calls)
         reply: dict[str, Any] = {}
@@ -221,33 +206,43 @@ class KernelWorker:
             except BaseException as exc:
                 raise candidate_fault(exc, during="a call") from None
         reply["threads_left"] = len(verify.python_threads() - threads_before)
-        self.results = results  # alive until the next prepare: the parent reads them from outside
+        self.results = results  # alive until the next sample: the parent reads them from outside
         reply.update(describe(results, expect_tuple=suite.returns_tuple(self.spec)))
         if self.weights:
             self.outputs = [list(r) if isinstance(r, (tuple, list)) else [r] for r in results]
             reply["checksums"] = checksums(self.outputs, self.weights)
         return reply, []
 
+    def _upload(self, slots: list[int]) -> None:
+        """GPUs: this sample's values from the shared file to the device copies, before any timer."""
+        assert self.layout is not None
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            base = torch.frombuffer(self.mapping, dtype=torch.uint8, count=self.layout.nbytes)
+        for slot in dict.fromkeys(slots):
+            for dst, src in zip(self.views[slot], self.layout.views(base, slot)):
+                dst.copy_(src)
+        torch.cuda.synchronize()
+
     def _time_cuda(self, calls: list[tuple[torch.Tensor, ...]], results: list[Any], first: int) -> list[list[float]]:
         timed: list[list[float]] = []
-        starts = [torch.cuda.Event(enable_timing=True) for _ in calls[first:]]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in calls[first:]]
         assert self.kernel is not None
-        for index, args in enumerate(calls[first:]):
+        for index in range(first, len(calls)):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             if self.flush is not None:
                 self.flush.zero_()  # evict L2, so no call finds the previous call's data
             torch.cuda.synchronize()
             h0 = time.perf_counter_ns()
-            starts[index].record()
-            results[first + index] = self.kernel(*args)
+            start.record()
+            results[index] = self.kernel(*calls[index])
             # Device-wide: work the candidate left on other streams finishes inside the window.
             torch.cuda.synchronize()
-            ends[index].record()
-            ends[index].synchronize()
+            end.record()
+            end.synchronize()
             h1 = time.perf_counter_ns()
-            timed.append([h0, h1, 0.0])
-        for call, start, end in zip(timed, starts, ends):
-            call[2] = start.elapsed_time(end) / 1e3
+            timed.append([h0, h1, start.elapsed_time(end) / 1e3])
         return timed
 
     def op_fetch(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
@@ -259,4 +254,6 @@ class KernelWorker:
 
     def op_release(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
         self.results, self.outputs, self.weights, self.spacer = [], [], [], None
+        gc.collect()  # automatic collection is off; collections happen here and at bind, never in a sample
+        gc.freeze()
         return {}, []

@@ -98,17 +98,21 @@ class Worker:
         self._sock = sock
         self._cgroup = cgroup
         self._closed = False
+        self.frozen = False  # a request to a frozen worker thaws it first
 
     @property
     def trusted(self) -> bool:
         return self.role != "candidate"
 
     def call(self, op: str, *, timeout: float, max_reply_bytes: int = 1 << 34, **fields: Any) -> Reply:
-        """Send one request and wait for its reply; failures of the worker raise SandboxError."""
+        """Send one request and wait for its reply; failures of the worker raise SandboxError. A
+        frozen worker is thawed first."""
         if self.failure is not None:
             raise self.failure
         if self._closed:
             raise SandboxError("harness.error", f"worker {self.pid} is closed")
+        if self.frozen:
+            self.thaw()
         deadline = time.monotonic() + timeout
         sent = time.perf_counter_ns()
         try:
@@ -195,6 +199,7 @@ class Worker:
             raise SandboxError("harness.error", "this host cannot freeze a worker (no freezer cgroup; see Sandbox.info()['missing'])")
         try:
             self._cgroup.set_frozen(frozen)
+            self.frozen = frozen
         except (OSError, TimeoutError) as exc:
             raise SandboxError("harness.error", f"could not {'freeze' if frozen else 'thaw'} worker {self.pid}: {exc}") from exc
 
@@ -273,6 +278,11 @@ class Worker:
         """Ask the worker to exit; kill it (and whatever it started) if it does not."""
         if self._closed:
             return
+        if self.frozen:
+            try:
+                self.thaw()
+            except SandboxError:
+                pass
         try:
             send_message(self._sock, {"op": "exit"})
         except OSError:

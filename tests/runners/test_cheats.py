@@ -42,8 +42,12 @@ def _codes(document: dict) -> set[str]:
 
 
 @pytest.mark.parametrize("path", CHEATS, ids=lambda p: p.stem)
-def test_it_rejects_each_cheat_with_its_reason_code(session, path):
+def test_it_rejects_each_cheat_with_its_reason_code(session, path, request):
     header = _header(path)
+    if "open" in header:
+        # A weakness known and not closed yet: the test must keep failing until it is (strict), so
+        # closing it, or a cheat that stops working for another reason, is noticed.
+        request.applymarker(pytest.mark.xfail(strict=True, reason=header["open"]))
     document = audit_candidate(header["workload"], path.read_text(), profile="cpu-ci", seed=7, protocol=FAST, session=session)
     codes = _codes(document)
     assert document["verdict"] == header["verdict"], (document["verdict"], document["workloads"][0]["reasons"])

@@ -43,6 +43,17 @@ def kernel(x, weight):
 '''
 
 
+LONG_CALL = '''import time
+import torch.nn.functional as F
+
+def kernel(x, weight):
+    end = time.thread_time() + 0.03  # 30 ms of this thread's CPU, however long the hog holds the core
+    while time.thread_time() < end:
+        pass
+    return F.rms_norm(x, (x.shape[-1],), weight, 1e-6)
+'''
+
+
 def test_it_reads_the_kernels_cpu_list_format():
     assert _cpu_list("0-2,5") == {0, 1, 2, 5}
     assert _cpu_list("3\n") == {3}
@@ -81,7 +92,6 @@ def _bound(sandbox: Sandbox, spec, role: str, source: str, calls: int):
 
 def _ready(sandbox: Sandbox, source: str, role: str = "baseline", calls: int = 64):
     worker, _ = _bound(sandbox, suite.find_spec("cpu-ci", "rmsnorm")[0], role, source, calls)
-    worker.call("prepare", timeout=60)
     return worker, list(range(calls))
 
 
@@ -111,10 +121,10 @@ def _wait_until_spinning(pid: int, cpu_ns: int = 100_000_000, timeout_s: float =
 
 @needs_two_cores
 def test_it_takes_other_processes_time_off_a_sample(sandbox):
-    """A hog on the measurement core takes about half of every sample; the kernel's run-queue
-    accounting shows it, and the discounted sample keeps only the worker's own time. (Samples
-    here are long: the scheduler lets a worker that mostly sleeps run a short one unpreempted.)"""
-    worker, offsets = _ready(sandbox, suite.baseline_source(suite.find_spec("cpu-ci", "rmsnorm")[0]), calls=4096)
+    """A hog on the measurement core takes about half of every call; the kernel's run-queue
+    accounting shows it, and the discounted sample keeps only the worker's own time. (Calls here
+    are long: each call starts on a wake-up, and the scheduler lets a short one run unpreempted.)"""
+    worker, offsets = _ready(sandbox, LONG_CALL, calls=6)
     core = sandbox.config.cpus[0]
     hog = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, [{core}])\nwhile True: pass"])
     try:
@@ -161,14 +171,12 @@ def test_it_gives_every_worker_the_same_fixed_allocator_thresholds(sandbox):
             workers.append(_bound(sandbox, spec, "baseline", suite.baseline_source(spec), 4)[0])
         # One worker frees a large block first: with glibc's adaptive thresholds that alone moves
         # its later outputs from fresh mappings to the heap.
-        workers[0].call("prepare", timeout=60)
         _timed(workers[0], [0, 1, 2, 3], discount_preemption=False)
         workers[0].call("release", timeout=60)
         faults = []
         for worker in workers:
             counts = []
             for _ in range(6):
-                worker.call("prepare", timeout=60)
                 before = _minor_faults(worker.pid)
                 _timed(worker, [0, 1, 2, 3], discount_preemption=False)
                 counts.append(_minor_faults(worker.pid) - before)
