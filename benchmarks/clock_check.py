@@ -1,11 +1,11 @@
-"""Benchmark of the harness's CPU-accounting check: how far honest candidates stay below what it
+"""Benchmark of the harness's hidden-work check: how far honest candidates stay below what it
 allows, and how far timer-dodging cheats land above it, on a quiet machine and under load.
 
 Run:  .venv/bin/python benchmarks/clock_check.py [--repeats 2] [--load 2]
 `--load N` keeps N busy processes running beside the audits, as a shared CI box would. Writes
-benchmarks/results/clock-check-cpu-ci[-loadN].json and prints one line per audit: the verdict, and per
-phase (run: inside the sample, commit: while the harness reads the outputs) the candidate's CPU
-beyond the harness's own cost as [point, CI low, CI high] against what is allowed, in ms.
+benchmarks/results/clock-check-cpu-ci[-loadN].json and prints one line per audit: the verdict, the
+candidate tree's CPU per sample beyond its reported time and the harness's own cost as [point, CI
+low, CI high] against what is allowed, in ms, and that allowance as a share of the reported time.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from runners.sandbox import SandboxConfig  # noqa: E402
 
 TESTS = ROOT / "tests" / "runners"
 HONEST = ["honest/rmsnorm_compiled.py", "honest/rmsnorm_alternative.py"]
-CHEATS = ["cheats/patch_timer_scale.py", "cheats/patch_timer_compress.py", "cheats/deferred_commit.py"]
+CHEATS = ["cheats/patch_timer_scale.py", "cheats/patch_timer_compress.py", "cheats/deferred_commit.py",
+          "cheats/adv2_hidden_budget.py"]
 
 
 def _burn() -> None:
@@ -37,11 +38,12 @@ def _burn() -> None:
         sum(i * i for i in range(100_000))
 
 
-def _phase(timing: dict[str, Any], phase: str) -> dict[str, Any]:
+def _hidden(timing: dict[str, Any]) -> dict[str, Any]:
     return {
-        "beyond_ms": [round(v * 1e3, 3) for v in timing.get(f"cpu_beyond_harness_{phase}_s", [])],
-        "harness_ms": round(timing.get(f"cpu_harness_{phase}_s", 0.0) * 1e3, 3),
-        "allowed_ms": round(timing.get(f"cpu_allowed_{phase}_s", 0.0) * 1e3, 3),
+        "beyond_ms": [round(v * 1e3, 3) for v in timing.get("hidden_work_s", [])],
+        "harness_ms": round(timing.get("harness_cost_s", 0.0) * 1e3, 3),
+        "allowed_ms": round(timing.get("hidden_work_allowed_s", 0.0) * 1e3, 3),
+        "allowed_share": round(timing.get("hidden_share_allowed", 0.0), 4),
     }
 
 
@@ -73,12 +75,12 @@ def main() -> None:
                         "repeat": repeat,
                         "verdict": document["verdict"],
                         "reasons": sorted({reason["code"] for reason in entry["reasons"]}),
-                        "run": _phase(timing, "run"),
-                        "commit": _phase(timing, "commit"),
+                        "hidden": _hidden(timing),
                     }
                     rows.append(row)
-                    print(f"{relative:34s} {row['verdict']:9s} run {row['run']['beyond_ms']} / {row['run']['allowed_ms']}"
-                          f"  commit {row['commit']['beyond_ms']} / {row['commit']['allowed_ms']}", flush=True)
+                    hidden = row["hidden"]
+                    print(f"{relative:34s} {row['verdict']:9s} hidden {hidden['beyond_ms']} / {hidden['allowed_ms']} ms"
+                          f" ({hidden['allowed_share']:.1%} of the reported time)", flush=True)
     finally:
         for burner in burners:
             burner.terminate()
@@ -87,7 +89,10 @@ def main() -> None:
     summary = {
         "honest_rejected": sum(r["verdict"] != "accepted" for r in honest),
         "honest_audits": len(honest),
-        "cheats_missed": sum("timing.clock_mismatch" not in r["reasons"] for r in cheats),
+        "cheats_missed": sum(r["verdict"] == "accepted" for r in cheats),
+        "honest_highest_ci_high_ms": max((r["hidden"]["beyond_ms"][2] for r in honest if r["hidden"]["beyond_ms"]), default=None),
+        "cheats_lowest_ci_low_ms": min((r["hidden"]["beyond_ms"][1] for r in cheats if r["hidden"]["beyond_ms"]), default=None),
+        "allowed_share_median": sorted(r["hidden"]["allowed_share"] for r in rows)[len(rows) // 2] if rows else None,
         "cheat_audits": len(cheats),
     }
     result = {
