@@ -70,8 +70,8 @@ class Protocol:
     # Kernel audits judge a round's CPU as one figure (see runners.audit.kernel.judge_timing): the
     # candidate's whole process tree may exceed threads x its reported time plus what the harness
     # costs trusted workers by at most round_cpu_abs_s + round_cpu_rel x that time. Outputs are
-    # read from outside, inputs written by the parent, and workers frozen between their samples, so
-    # there is little harness work to hide behind and the allowance is small.
+    # read from outside and inputs written by the parent, so there is little harness work to hide
+    # behind and the allowance is small.
     round_cpu_abs_s: float = 0.0002
     round_cpu_rel: float = 0.02
     # Challenged calls per round: at least verify_per_round, and this share of a sample's calls (at

@@ -300,12 +300,17 @@ class KernelAudit:
                 slot = slots[int(position)]
                 measure.settle(everyone, max_wait_s=protocol.settle_max_s)
                 sample = self._sample(slot.worker, layout, timeout=self.timeout, fields=commit)
-                # Frozen from its reply until its next request, a worker's CPU since its last
-                # sample is this sample's request alone (without a freezer, also its idle time).
+                # Everything the worker's tree used since its last sample ended: idle time while the
+                # others were measured, and this request.
                 sample.cpu_round_ns = slot.worker.cpu_ns() - slot.cpu_mark
                 slot.cpu_mark += sample.cpu_round_ns
                 if slot.worker is self.candidate:
                     self._challenge(sample, special, round_index)
+                if sample.frozen:
+                    # Thawed while the others are measured: kept frozen, workers measured 1.5-2x
+                    # wider A/A intervals (the harness benchmark); what a thawed worker does meanwhile
+                    # is CPU in its next figure.
+                    slot.worker.thaw()
                 records[slot.label] = sample
             widened = self.candidate.cpus_widened()
             if widened:
@@ -515,11 +520,13 @@ def judge_timing(outcome: Outcome, slots: list[_Slot], rounds: list[dict[str, Sa
 def _judge_cpu(outcome: Outcome, summary: dict[str, Any], candidate: _Slot, trusted: list[_Slot],
                rounds: list[dict[str, Sample]], protocol: Protocol, *, seed: int, checked: bool) -> None:
     """Hidden work, one figure per round: the CPU the candidate's whole tree used since its last
-    sample (with a freezer: this sample's request alone), beyond `threads` x the time it reported
+    sample (idle time included), beyond `threads` x the time it reported
     (after the preemption discount), minus what the same harness code cost the trusted workers of
     the round beyond their own timed CPU. Work before the timer, after it, in other threads or in
     other processes all lands here; one allowance covers it."""
     cores = candidate.worker.sandbox.config.threads
+    between = [(r["candidate"].cpu_round_ns - r["candidate"].cpu_run_ns
+                - sum(r[s.label].cpu_round_ns - r[s.label].cpu_run_ns for s in trusted) / len(trusted)) / 1e9 for r in rounds]
     harness = [sum((r[s.label].cpu_round_ns - (r[s.label].cpu_timed_ns or 0)) for s in trusted) / len(trusted) / 1e9 for r in rounds]
     timed = [cores * r["candidate"].effective_ns / 1e9 for r in rounds]
     hidden = [r["candidate"].cpu_round_ns / 1e9 - t - h for r, t, h in zip(rounds, timed, harness)]
@@ -530,7 +537,13 @@ def _judge_cpu(outcome: Outcome, summary: dict[str, Any], candidate: _Slot, trus
     summary["harness_cost_s"] = stats.median(harness)
     summary["hidden_work_allowed_s"] = allowed
     summary["hidden_share_allowed"] = allowed / max(timed_median, 1e-12)
-    if checked and est.low > allowed:
+    if checked and est.low > allowed and stats.median(between) > est.point / 2:
+        outcome.fail([Reason(
+            "integrity.background_cpu",
+            f"the candidate's processes used {est.point * 1e3:.2f} ms more CPU per round than trusted workers, most of it between "
+            f"its samples ({stats.median(between) * 1e3:.2f} ms; {allowed * 1e3:.2f} ms allowed): work while others were measured",
+        )])
+    elif checked and est.low > allowed:
         outcome.fail([Reason(
             "timing.clock_mismatch",
             f"the candidate's processes used {est.point * 1e3:.2f} ms more CPU per sample than {cores} thread(s) can spend in the "

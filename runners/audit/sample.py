@@ -99,8 +99,9 @@ def timed_sample(
     worker: Worker, slots: Sequence[int], *, device: str, timeout: float, discount_preemption: bool,
     freeze: bool, fields: dict[str, Any] | None = None,
 ) -> Sample:
-    """Run one sample. With `freeze`, the worker's tree is left frozen from the reply on (until the next request to it thaws it): nothing in it can
-    compute what it did not compute in time, or work between its samples.
+    """Run one sample. With `freeze`, the worker's tree is left frozen from the reply on (the caller
+    reads outputs, then thaws it; a request to a frozen worker thaws it first): nothing in it can
+    compute what it did not compute in time.
 
     With `discount_preemption` (CPU, one thread), the calling thread's run-queue wait, read by the
     parent, comes off the sample, never below the CPU the worker's whole tree used over the same

@@ -1,9 +1,10 @@
 """Correct, but its first call (the one call allowed to start runtime pools) starts a daemon
-thread that burns CPU in torch ops, which release the GIL, to make the machine busier for whoever
-is measured next. Workers are frozen between their samples, so the burner runs only inside the
-candidate's own requests, beside its own calls: it slows nobody but the candidate
-(tests/runners/test_cheats.py checks that it gains nothing)."""
+thread that burns CPU in torch ops, which release the GIL, so the candidate's own calls stay
+fast while the machine is busier for whoever is measured next. Caught by the CPU the worker
+uses outside its timed windows."""
 # workload: rmsnorm
+# verdict: rejected
+# expect-any: integrity.background_cpu | timing.clock_mismatch
 import threading
 
 import torch
