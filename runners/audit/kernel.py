@@ -307,9 +307,9 @@ class KernelAudit:
                 if slot.worker is self.candidate:
                     self._challenge(sample, special, round_index)
                 if sample.frozen:
-                    # Thawed while the others are measured: kept frozen, workers measured 1.5-2x
-                    # wider A/A intervals (the harness benchmark); what a thawed worker does meanwhile
-                    # is CPU in its next figure.
+                    # Thawed while the others are measured (kept frozen until its next sample, a
+                    # short A/A check showed wider intervals; not confirmed by the full benchmark):
+                    # what a thawed worker does meanwhile is CPU in its next figure.
                     slot.worker.thaw()
                 records[slot.label] = sample
             widened = self.candidate.cpus_widened()
