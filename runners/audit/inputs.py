@@ -7,7 +7,6 @@ slot, so no call sees data another call of the sample saw, and the values change
 from __future__ import annotations
 
 import ctypes
-import math
 import mmap
 import os
 import tempfile
@@ -159,8 +158,3 @@ def slots_for(calls: int) -> int:
 
 def slot_bytes(spec: WorkloadSpec) -> int:
     return SlotLayout.for_spec(spec, 1).nbytes
-
-
-def max_slots(spec: WorkloadSpec, budget_bytes: int) -> int:
-    """How many slots fit in `budget_bytes` (at least 2)."""
-    return max(2, math.floor(budget_bytes / max(1, slot_bytes(spec))))

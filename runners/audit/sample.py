@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import torch
 
-from runners.sandbox import SandboxError, Worker
+from runners.sandbox import Worker
 from runners.suite import WorkloadSpec
 from runners import suite
 
@@ -174,10 +174,3 @@ def overlaps(sample: Sample, meta: Sequence[dict[str, Any]] | None, spec: Worklo
         lengths.append((sum((int(d) - 1) * int(s) for d, s in zip(shape, strides)) + 1) * elsize if all(shape) else 0)
     low, high = region
     return any(p < high and low < p + n for row in sample.pointers for p, n in zip(row, lengths))
-
-
-def thaw_quietly(worker: Worker) -> None:
-    try:
-        worker.thaw()
-    except SandboxError:
-        pass
