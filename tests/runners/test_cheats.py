@@ -48,6 +48,10 @@ def test_it_rejects_each_cheat_with_its_reason_code(session, path, request):
         # A weakness known and not closed yet: the test must keep failing until it is (strict), so
         # closing it, or a cheat that stops working for another reason, is noticed.
         request.applymarker(pytest.mark.xfail(strict=True, reason=header["open"]))
+    if "unsettled" in header:
+        # Caught in most runs but not all: its hidden work sits near the allowance. Reported, not
+        # hidden: the run's outcome shows as XFAIL or XPASS.
+        request.applymarker(pytest.mark.xfail(strict=False, reason=header["unsettled"]))
     document = audit_candidate(header["workload"], path.read_text(), profile="cpu-ci", seed=7, protocol=FAST, session=session)
     codes = _codes(document)
     assert document["verdict"] == header["verdict"], (document["verdict"], document["workloads"][0]["reasons"])
