@@ -11,7 +11,7 @@ adv2_hidden_budget.py is the same idea kept under the single allowance (accepted
 # workload: rmsnorm
 # verdict: rejected
 # expect-any: integrity.background_cpu | timing.clock_mismatch
-# unsettled: sizes its hidden work from the harness cost it measures; accepted in 1 of 3 clean-clone runs (2026-12-01)
+# unsettled: sizes its hidden work from the harness cost it measures; accepted in 2 of the last 3 runs on 2026-12-01 (rejected before): not reliably caught
 # today: rejected (integrity.background_cpu: 1.17 ms hidden per round vs 0.38-0.47 ms allowed)
 import time
 
