@@ -2,6 +2,12 @@
 
 The parent (trusted) writes the file; workers map it read-only. Every call of a sample reads its own
 slot, so no call sees data another call of the sample saw, and the values change every round.
+
+The parent draws a round's values into a private staging copy and reveals a slot (copies it into
+the shared file) only when the call that reads it is due: on CPU, call i+1's values reach the
+file after the worker has said call i is done (see runners.audit.sample.timed_sample), so no call
+can compute ahead on the inputs of calls it has not been given. The last page of the file is the
+control page: the parent writes the number of the call it has just revealed there.
 """
 
 from __future__ import annotations
@@ -29,7 +35,12 @@ class SlotLayout:
     slots: int
     offsets: tuple[int, ...]
     strides: tuple[int, ...]
-    nbytes: int
+    nbytes: int  # the slots and, after them, one control page
+
+    @property
+    def control(self) -> int:
+        """Offset of the control page (the parent's reveal counter, 8 bytes little-endian)."""
+        return self.nbytes - _ALIGN
 
     @classmethod
     def for_spec(cls, spec: WorkloadSpec, slots: int) -> SlotLayout:
@@ -40,7 +51,7 @@ class SlotLayout:
             offsets.append(cursor)
             strides.append(stride)
             cursor += stride * slots
-        return cls(spec=spec, slots=slots, offsets=tuple(offsets), strides=tuple(strides), nbytes=max(cursor, _ALIGN))
+        return cls(spec=spec, slots=slots, offsets=tuple(offsets), strides=tuple(strides), nbytes=cursor + _ALIGN)
 
     def views(self, base: torch.Tensor, slot: int) -> tuple[torch.Tensor, ...]:
         """The inputs of `slot` as views of `base` (the whole file as uint8)."""
@@ -82,7 +93,9 @@ def map_inputs(path: str, nbytes: int) -> tuple[mmap.mmap, torch.Tensor]:
 
 
 class SharedInputs:
-    """The parent's writable copy of one spec's input file, rewritten with fresh values per round."""
+    """The parent's writable copy of one spec's input file, and the private staging copy it draws a
+    round's values into. `fill` and `copy_slot` write the staging copy; `reveal` copies a slot
+    into the file the workers read; `hide` clears every slot of the file again."""
 
     def __init__(self, directory: str, spec: WorkloadSpec, slots: int) -> None:
         self.layout = SlotLayout.for_spec(spec, slots)
@@ -94,6 +107,18 @@ class SharedInputs:
         finally:
             os.close(fd)
         self._base = torch.frombuffer(self._mapping, dtype=torch.uint8, count=self.layout.nbytes)
+        self._stage = torch.zeros(self.layout.nbytes, dtype=torch.uint8)
+        self._shared_view = memoryview(self._mapping)
+        self._stage_view = memoryview(self._stage.numpy())
+        self._counter = 0
+        self._revealed: set[int] = set(range(self.layout.slots))  # slots the file may hold values of
+        # (start, end) byte ranges of every slot's inputs, for reveal.
+        elsize = torch.empty((), dtype=spec.torch_dtype).element_size()
+        sizes = [layout.numel * elsize for layout in suite.input_layouts(spec)]
+        self._ranges = [
+            [(offset + slot * stride, offset + slot * stride + size) for offset, stride, size in zip(self.layout.offsets, self.layout.strides, sizes)]
+            for slot in range(self.layout.slots)
+        ]
 
     @property
     def spec(self) -> WorkloadSpec:
@@ -104,19 +129,16 @@ class SharedInputs:
         return self.layout.slots
 
     def slot_bytes(self, slot: int) -> list[tuple[int, bytes]]:
-        """(offset in the file, bytes) of every input of `slot`, as the parent wrote them."""
-        out = []
-        for view, offset, stride in zip(self.layout.views(self._base, slot), self.layout.offsets, self.layout.strides):
-            start = offset + slot * stride
-            out.append((start, view.reshape(-1).view(torch.uint8).numpy().tobytes()))
-        return out
+        """(offset in the file, bytes) of every input of `slot`, as the parent drew them."""
+        return [(start, self._stage_view[start:end].tobytes()) for start, end in self._ranges[slot]]
 
     def inputs(self, slot: int) -> tuple[torch.Tensor, ...]:
-        """Slot `slot`'s inputs, as the parent wrote them (copies: the file is rewritten later)."""
-        return tuple(t.clone() for t in self.layout.views(self._base, slot))
+        """Slot `slot`'s inputs, as the parent drew them (copies: the values change later)."""
+        return tuple(t.clone() for t in self.layout.views(self._stage, slot))
 
     def fill(self, *, seed: int, slots: Sequence[int] | None = None, distribution: str = "normal") -> None:
-        """Fresh values in `slots` (all by default), each slot different, drawn from `seed`."""
+        """Fresh values for `slots` (all by default), each slot different, drawn from `seed`, in the
+        staging copy: no worker sees them before they are revealed."""
         chosen = list(range(self.slots)) if slots is None else list(slots)
         if not chosen:
             return
@@ -133,13 +155,47 @@ class SharedInputs:
                 distribution=distribution,
             ).reshape(len(chosen), -1)
             for row, slot in enumerate(chosen):
-                self.layout.views(self._base, slot)[index].reshape(-1).copy_(values[row])
+                self.layout.views(self._stage, slot)[index].reshape(-1).copy_(values[row])
 
     def copy_slot(self, source: int, target: int) -> None:
-        for src, dst in zip(self.layout.views(self._base, source), self.layout.views(self._base, target)):
+        for src, dst in zip(self.layout.views(self._stage, source), self.layout.views(self._stage, target)):
             dst.copy_(src)
 
+    def reveal(self, slot: int) -> None:
+        """Copy `slot`'s staged values into the file the workers read."""
+        shared, stage = self._shared_view, self._stage_view
+        self._revealed.add(slot)
+        for start, end in self._ranges[slot]:
+            shared[start:end] = stage[start:end]
+
+    def reveal_all(self) -> None:
+        """Every slot at once (where calls are not revealed one by one)."""
+        control = self.layout.control
+        self._revealed.update(range(self.slots))
+        self._shared_view[:control] = self._stage_view[:control]
+
+    def hide(self) -> None:
+        """Zero every slot of the file: what one worker's sample revealed, the next does not see."""
+        address = self._base.data_ptr()
+        for slot in self._revealed:
+            for start, end in self._ranges[slot]:
+                ctypes.memset(address + start, 0, end - start)
+        self._revealed.clear()
+
+    def reserve(self, count: int) -> int:
+        """Reveal numbers for a sample of `count` calls: call i is announced as base + i + 1."""
+        base = self._counter
+        self._counter += count
+        return base
+
+    def announce(self, number: int) -> None:
+        """Write `number` to the control page: the call it names may start. A single aligned 8-byte
+        store, made after the slot's values were copied (x86 keeps stores in order)."""
+        ctypes.c_uint64.from_address(self._base.data_ptr() + self.layout.control).value = number
+
     def close(self) -> None:
+        self._shared_view.release()
+        self._stage_view.release()
         self._base = torch.empty(0, dtype=torch.uint8)
         try:
             self._mapping.close()
@@ -148,6 +204,53 @@ class SharedInputs:
         try:
             os.unlink(self.path)
         except OSError:
+            pass
+
+
+class DoneRecord:
+    """One page the worker writes and the parent reads while it steps a sample: the number of the
+    last call the worker finished (word NUMBER, a cache line of its own, which the parent polls)
+    and (address, bytes) of each of that call's outputs (from word OUTPUTS on). A file in the
+    worker's scratch directory, owned by its uid, mapped shared by both: the parent polls it with
+    plain loads (reading the worker's memory through /proc would take its memory-map lock, which
+    the kernel under measurement needs for every allocation)."""
+
+    NUMBER, OUTPUTS = 8, 16  # words: the polled line apart from the line the worker fills first
+
+    def __init__(self, directory: str, outputs: int) -> None:
+        self.outputs_count = outputs
+        self.words = self.words_for(outputs)
+        if self.words * 8 > 4096:
+            raise ValueError(f"{outputs} outputs do not fit one page")
+        fd, self.path = tempfile.mkstemp(dir=directory, prefix="done-")
+        try:
+            os.ftruncate(fd, 4096)
+            owner = os.stat(directory).st_uid
+            if os.geteuid() == 0 and owner != 0:
+                os.fchown(fd, owner, -1)
+            os.fchmod(fd, 0o600)
+            self._mapping = mmap.mmap(fd, 4096, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        self._words = (ctypes.c_uint64 * self.words).from_buffer(self._mapping)
+
+    @classmethod
+    def words_for(cls, outputs: int) -> int:
+        return cls.OUTPUTS + 2 * outputs
+
+    def number(self) -> int:
+        return int(self._words[self.NUMBER])
+
+    def outputs(self) -> list[tuple[int, int]]:
+        """(address, bytes) of each output of the call `number()` names."""
+        values = self._words[self.OUTPUTS : self.words]
+        return list(zip(values[0::2], values[1::2]))
+
+    def close(self) -> None:
+        del self._words
+        try:
+            self._mapping.close()
+        except (BufferError, ValueError):
             pass
 
 

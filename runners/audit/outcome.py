@@ -38,12 +38,14 @@ CHECK_OF_CODE: dict[str, str] = {
     "timing.clock_mismatch": "clock_consistent",
     "timing.caching_suspected": "no_caching",
     "timing.below_physical_floor": "above_physical_floor",
+    "timing.done_before_computed": "calls_one_at_a_time",
 }
 CHECK_PHASE_CHECKS = (
     "reference_match", "finite", "not_all_zero", "output_type", "output_shape", "output_dtype",
     "output_device", "deterministic", "inputs_unchanged", "no_aliasing", "no_threads_left",
 )
-TIMING_CHECKS = ("timed_outputs", "outputs_committed", "clock_consistent", "no_background_cpu", "above_physical_floor", "pinned_cpus")
+TIMING_CHECKS = ("timed_outputs", "outputs_committed", "clock_consistent", "no_background_cpu", "above_physical_floor", "pinned_cpus",
+                 "calls_one_at_a_time")
 
 
 

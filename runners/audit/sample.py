@@ -7,11 +7,14 @@ Trusted side: nothing here runs in a worker.
 from __future__ import annotations
 
 import math
+import os
+import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 import torch
 
+from runners.audit.inputs import DoneRecord, SharedInputs
 from runners.sandbox import Worker
 from runners.suite import WorkloadSpec
 from runners import suite
@@ -23,7 +26,7 @@ class Sample:
 
     calls: int
     per_call_s: float
-    window_ns: int  # the parent's clock, request sent to reply received
+    window_ns: int  # the parent's clock: request sent to reply received (stepped: the calls' windows, summed)
     reported_ns: int  # the worker's claim: its timer over the calls
     clock_problem: str | None
     meta: list[dict[str, Any]] | None
@@ -36,6 +39,11 @@ class Sample:
     cpu_round_ns: int = 0  # the whole tree since the previous sample's end: idle, prepare, this run
     checksums: list[list[float]] = field(default_factory=list)
     frozen: bool = False
+    stepped: bool = False  # calls revealed one at a time (CPU with a core to spare for the parent)
+    snapshots: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)  # call -> (address, bytes) read when it said done
+    request_ns: int = 0  # the parent's clock, request sent to reply received
+    gaps_ns: int = 0  # stepped: between a call seen done and the next announced (the parent's copies and snapshots)
+    call_windows: list[int] = field(default_factory=list)  # stepped: each call's window on the parent's clock
 
     @property
     def unaccounted_s(self) -> float:
@@ -95,38 +103,149 @@ def sample_time(header: dict[str, Any], reply: Any, *, calls: int, device: str, 
     return reported, effective / 1e9 / calls, reported - effective, problem
 
 
+class _Steps:
+    """What the parent saw while it revealed a sample's calls one by one."""
+
+    def __init__(self) -> None:
+        self.window_ns = 0  # sum over calls: announced to done seen
+        self.windows: list[int] = []  # each call's
+        self.wait_ns = 0  # the worker's main thread's run-queue wait inside those windows
+        self.snapshots: dict[int, list[tuple[int, bytes]]] = {}
+        self.gaps_ns = 0
+        self.problem: str | None = None
+
+
+def _spare_cores(worker: Worker) -> list[int]:
+    measured = set(worker.sandbox.config.cpus)
+    return sorted(set(os.sched_getaffinity(0)) - measured) if measured else []
+
+
+def _step(worker: Worker, inputs: SharedInputs, slots: Sequence[int], *, base: int, done: DoneRecord,
+          snapshot: Collection[int], outputs: int, max_span: int, op: str, deadline: float, timeout: float,
+          discount: bool) -> _Steps:
+    """Reveal call i's values, announce it, wait for the worker to say it is done; read the outputs
+    of the calls in `snapshot` (drawn secretly by the caller) at that moment, before the next call's
+    values exist anywhere the worker can read. A worker that says "done" early, to get the next
+    inputs and compute several calls at once, is caught by a snapshot that does not hold the
+    outputs it later reports."""
+    steps = _Steps()
+    clock = time.perf_counter_ns
+    seen = 0
+    for index, slot in enumerate(slots):
+        number = base + index + 1
+        inputs.reveal(slot)
+        waited = worker.runqueue_wait_now() if discount else 0
+        announced = clock()  # before the store: the worker's clock may start the moment it lands
+        inputs.announce(number)
+        if index:
+            steps.gaps_ns += announced - seen
+        polls = 0
+        while done.number() != number:
+            polls += 1
+            if polls & 4095 == 0:
+                if worker.reply_ready():  # an error, or a reply without every call
+                    steps.problem = f"the worker answered before call {index} of {len(slots)} was done"
+                    return steps
+                worker.check_limits(op, deadline, timeout)
+        seen = clock()
+        steps.window_ns += seen - announced
+        steps.windows.append(seen - announced)
+        if discount:
+            steps.wait_ns += worker.runqueue_wait_now() - waited
+        if index in snapshot:
+            taken = []
+            for address, span in done.outputs()[:outputs]:
+                data = worker.peek(address, span) if address and 0 < span <= max_span else b""
+                taken.append((address, data))
+            steps.snapshots[index] = taken
+    return steps
+
+
 def timed_sample(
     worker: Worker, slots: Sequence[int], *, device: str, timeout: float, discount_preemption: bool,
-    freeze: bool, fields: dict[str, Any] | None = None,
+    freeze: bool, fields: dict[str, Any] | None = None, inputs: SharedInputs | None = None,
+    done: DoneRecord | None = None, snapshot: Collection[int] = (),
 ) -> Sample:
     """Run one sample. With `freeze`, the worker's tree is left frozen from the reply on (the caller
     reads outputs, then thaws it; a request to a frozen worker thaws it first): nothing in it can
     compute what it did not compute in time.
 
+    With `inputs` (and the worker's "done" record), on CPU where a core is left for the parent,
+    the sample is stepped: the file is cleared, and each call's values are revealed only when the
+    previous call is done (see _step); the outputs of `snapshot` calls are read at that moment.
+    Otherwise every slot is revealed before the request.
+
     With `discount_preemption` (CPU, one thread), the calling thread's run-queue wait, read by the
-    parent, comes off the sample, never below the CPU the worker's whole tree used over the same
-    span: waiting caused by the candidate's own threads or processes is their CPU, so it is not
-    discounted."""
-    wait_before = worker.runqueue_wait_ns() if discount_preemption else None
+    parent, comes off the sample: waiting caused by the candidate's own threads or processes is
+    their CPU, so it is not discounted. Whole samples: never below the CPU the worker's whole tree
+    used over the same span. Stepped samples (the worker spins between calls, so that floor would
+    cancel every discount): the wait read around each call, less the CPU of every thread and
+    process of the tree but the main one."""
+    spare = _spare_cores(worker) if inputs is not None and done is not None and device == "cpu" else []
+    stepped = bool(spare) and not os.environ.get("DYNO_NO_STEP")
+    if inputs is not None:
+        inputs.hide()
+        if not stepped:
+            for slot in dict.fromkeys(slots):
+                inputs.reveal(slot)
+    wait_before = worker.runqueue_wait_ns() if discount_preemption and not stepped else None
+    main_before = worker.main_thread_cpu_ns() if discount_preemption and stepped else 0
     cpu_before = worker.cpu_ns()
-    reply = worker.call("run", timeout=timeout, slots=list(slots), **(fields or {}))
+    request = dict(fields or {})
+    steps: _Steps | None = None
+    if stepped:
+        assert inputs is not None and done is not None
+        request["step_base"] = base = inputs.reserve(len(slots))
+        shapes = suite.output_shapes(inputs.spec)
+        elsize = torch.empty((), dtype=inputs.spec.torch_dtype).element_size()
+        max_span = 4 * max(math.prod(shape) for shape in shapes) * elsize if shapes else 0
+        pinned = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, spare)  # the parent spins too: never on a core it measures
+        try:
+            deadline = time.monotonic() + timeout
+            sent = worker.send("run", slots=list(slots), **request)
+            steps = _step(worker, inputs, slots, base=base, done=done, snapshot=set(snapshot),
+                          outputs=len(shapes), max_span=max_span, op="run", deadline=deadline, timeout=timeout,
+                          discount=discount_preemption)
+            reply = worker.receive("run", sent_ns=sent, deadline=deadline, timeout=timeout)
+        finally:
+            os.sched_setaffinity(0, pinned)
+    else:
+        reply = worker.call("run", timeout=timeout, slots=list(slots), **request)
+    main_after = worker.main_thread_cpu_ns() if discount_preemption and stepped else 0
     if freeze:
         worker.freeze()
-    wait_after = worker.runqueue_wait_ns() if discount_preemption else None
+    wait_after = worker.runqueue_wait_ns() if discount_preemption and not stepped else None
     cpu_run = worker.cpu_ns() - cpu_before
     header = reply.header
     calls = len(slots)
     reported, per_call, preempted, problem = sample_time(header, reply, calls=calls, device=device, cpu_run=cpu_run,
                                                          waits=(wait_before, wait_after))
+    window = reply.received_ns - reply.sent_ns
+    if steps is not None:
+        problem = problem or steps.problem
+        window = steps.window_ns
+        if problem is None and reported > window:
+            problem = f"the worker claims {reported} ns for its calls, more than the {window} ns between their announcements and their reports"
+        if discount_preemption and problem is None:
+            # Waiting inside the calls' windows comes off, but only what must have fallen inside
+            # the worker's own intervals (the windows are longer by its start latency), and less
+            # every nanosecond of CPU the tree spent outside its main thread: a thread can only
+            # have waited behind the candidate's own threads or processes if they ran.
+            others = max(0, cpu_run - (main_after - main_before))
+            inside = steps.wait_ns - max(0, steps.window_ns - reported)
+            preempted = max(0, min(inside - others, reported // 2))
+            per_call = (reported - preempted) / 1e9 / calls
     pointers = header.get("pointers")
     if not isinstance(pointers, list) or len(pointers) != calls:
         problem = problem or "the worker did not say where every call's outputs are"
         pointers = [[] for _ in range(calls)]
     checksums = header.get("checksums")
+
     return Sample(
         calls=calls,
         per_call_s=max(per_call, 1e-12),
-        window_ns=reply.received_ns - reply.sent_ns,
+        window_ns=window,
         reported_ns=reported,
         clock_problem=problem,
         meta=header.get("meta"),
@@ -138,6 +257,11 @@ def timed_sample(
         preempted_ns=preempted,
         checksums=checksums if isinstance(checksums, list) and len(checksums) == calls else [],
         frozen=freeze,
+        stepped=stepped,
+        snapshots=steps.snapshots if steps is not None else {},
+        request_ns=reply.received_ns - reply.sent_ns,
+        gaps_ns=steps.gaps_ns if steps is not None else 0,
+        call_windows=steps.windows if steps is not None else [],
     )
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runners import suite
-from runners.audit.inputs import SharedInputs, slot_bytes
+from runners.audit.inputs import DoneRecord, SharedInputs, slot_bytes
 from runners.measure import Protocol
 from runners.sandbox import Sandbox, SandboxConfig, SandboxError, Worker
 from runners.suite import WorkloadSpec
@@ -33,6 +33,7 @@ class Binding:
     key: str
     base: int
     nbytes: int
+    done: DoneRecord | None = None  # the page the worker reports finished calls on (stepped samples)
 
     @property
     def region(self) -> tuple[int, int]:
@@ -93,13 +94,22 @@ class AuditSession:
         binding = self.bindings.get(worker.pid)
         if binding is not None and binding.key == inputs.path:
             return binding
+        if binding is not None and binding.done is not None:
+            binding.done.close()
+        done = None
+        if self.device == "cpu" and getattr(worker, "scratch", None):
+            try:
+                done = DoneRecord(worker.scratch, len(suite.output_shapes(inputs.spec)))
+            except (OSError, ValueError):
+                done = None  # the worker's samples are then not stepped (every slot revealed up front)
         try:
-            reply = worker.call("bind", timeout=protocol.load_timeout_s * 2, spec=inputs.spec.to_dict(), path=inputs.path, slots=inputs.slots)
+            reply = worker.call("bind", timeout=protocol.load_timeout_s * 2, spec=inputs.spec.to_dict(), path=inputs.path, slots=inputs.slots,
+                                done_path=done.path if done is not None else None)
         except SandboxError as exc:
             if worker.trusted:
                 raise HarnessError(f"a trusted worker could not map the inputs of {inputs.spec.key}: {exc} {exc.detail}") from exc
             raise
-        binding = Binding(key=inputs.path, base=int(reply.header.get("base", 0)), nbytes=int(reply.header.get("nbytes", 0)))
+        binding = Binding(key=inputs.path, base=int(reply.header.get("base", 0)), nbytes=int(reply.header.get("nbytes", 0)), done=done)
         self.bindings[worker.pid] = binding
         return binding
 

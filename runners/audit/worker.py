@@ -8,8 +8,10 @@ frozen); what this file reports only makes reasons clearer.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import importlib.util
+import mmap
 import os
 import secrets
 import sys
@@ -20,7 +22,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from runners import suite, verify
-from runners.audit.inputs import SlotLayout, map_inputs
+from runners.audit.inputs import DoneRecord, SlotLayout, map_inputs
 from runners.measure import candidate_fault
 from runners.sandbox import WorkerFault
 from runners.suite import WorkloadSpec
@@ -108,6 +110,14 @@ class KernelWorker:
         self.flush: torch.Tensor | None = None
         self.loads = 0
         self.called = False
+        # Stepped samples: the parent's reveal counter (in the shared file's control page) and the
+        # worker's own "done" record, which the parent reads from outside: call number, then
+        # (address, bytes) of every output of that call.
+        self.counter: ctypes.c_uint64 | None = None
+        self.done: Any = None
+        self._done_map: mmap.mmap | None = None
+        self.elsize = 1
+        self.done_outputs = 0
 
     def handle(self, op: str, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
         method = getattr(self, f"op_{op}", None)
@@ -126,14 +136,27 @@ class KernelWorker:
         self.mapping = None
         gc.collect()
         self.layout = SlotLayout.for_spec(self.spec, int(header["slots"]))
+        self.elsize = torch.empty((), dtype=self.spec.torch_dtype).element_size()
         self.mapping, base = map_inputs(str(header["path"]), self.layout.nbytes)
+        self.counter = ctypes.c_uint64.from_address(base.data_ptr() + self.layout.control)
+        outputs = len(suite.output_shapes(self.spec))
+        words = DoneRecord.words_for(outputs)
+        self.done_outputs = outputs
+        self.done = None
+        if header.get("done_path"):  # the parent's page in this worker's scratch directory
+            fd = os.open(str(header["done_path"]), os.O_RDWR | os.O_CLOEXEC)
+            try:
+                self._done_map = mmap.mmap(fd, 4096, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            finally:
+                os.close(fd)
+            self.done = (ctypes.c_uint64 * words).from_buffer(self._done_map)
         host = [self.layout.views(base, slot) for slot in range(self.layout.slots)]
         if self.device.startswith("cuda"):
             torch.cuda.set_device(torch.device(self.device).index or 0)
             self.views = [tuple(t.to(self.device) for t in views) for views in host]
         else:
             self.views = host
-        return {"base": base.data_ptr(), "nbytes": self.layout.nbytes}, []
+        return {"base": base.data_ptr(), "nbytes": self.layout.nbytes, "stepped": self.done is not None}, []
 
     def op_load(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
         self.kernel = None
@@ -186,15 +209,23 @@ class KernelWorker:
         reply: dict[str, Any] = {}
         kernel = self.kernel
         first = 0
+        stepped = header.get("step_base") is not None and self.done is not None and not self.device.startswith("cuda")
+        step_base = int(header["step_base"]) if stepped else None
         with torch.no_grad():
             try:
                 if not self.called and calls:
                     # The very first call may start runtime pools (torch.compile, Triton); threads
                     # any later call starts and leaves running are the candidate's.
+                    if step_base is not None:
+                        self._await(step_base + 1)
                     results[0], first, self.called = kernel(*calls[0]), 1, True
+                    if step_base is not None:
+                        self._report_done(step_base + 1, results[0])
                 threads_before = verify.python_threads()
                 if self.device.startswith("cuda"):
                     reply["calls"] = self._time_cuda(calls, results, first)
+                elif step_base is not None:
+                    reply.update(self._time_stepped(calls, results, first, step_base))
                 else:
                     c0 = time.process_time_ns()
                     t0 = time.perf_counter_ns()
@@ -212,6 +243,58 @@ class KernelWorker:
             self.outputs = [list(r) if isinstance(r, (tuple, list)) else [r] for r in results]
             reply["checksums"] = checksums(self.outputs, self.weights)
         return reply, []
+
+    def _await(self, number: int) -> None:
+        """Spin until the parent's counter reads `number` (a blocked thread takes tens of
+        microseconds to wake; the spin's CPU is harness cost in every arm alike)."""
+        counter = self.counter
+        assert counter is not None
+        while counter.value != number:
+            pass
+
+    def _report_done(self, number: int, result: Any) -> None:
+        """Where call `number`'s outputs are, then its number: the parent may read them from now on."""
+        done, elsize = self.done, self.elsize
+        items = result if isinstance(result, (tuple, list)) else (result,)
+        slot = DoneRecord.OUTPUTS
+        for position in range(self.done_outputs):
+            item = items[position] if position < len(items) else None
+            if type(item) is torch.Tensor and item.is_cpu:
+                span = 0
+                if item.numel():
+                    span = elsize
+                    for size, stride in zip(item.shape, item.stride()):
+                        span += (size - 1) * stride * elsize
+                done[slot], done[slot + 1] = item.data_ptr(), max(0, span)
+            else:
+                done[slot], done[slot + 1] = 0, 0
+            slot += 2
+        done[DoneRecord.NUMBER] = number
+
+    def _time_stepped(self, calls: list[tuple[torch.Tensor, ...]], results: list[Any], first: int, base: int) -> dict[str, Any]:
+        """One call at a time: call i starts when the parent's counter reads base + i + 1 (its
+        values are in place then, and no later call's are) and is done when the worker writes that
+        number, after the addresses of its outputs, to `self.done`."""
+        assert self.kernel is not None
+        kernel = self.kernel
+        clock = time.perf_counter_ns
+        t_first = t_last = timed = 0
+        for index in range(first, len(calls)):
+            number = base + index + 1
+            self._await(number)
+            t0 = clock()
+            result = kernel(*calls[index])
+            t1 = clock()
+            results[index] = result
+            timed += t1 - t0
+            t_first = t_first or t0
+            t_last = t1
+            self._report_done(number, result)
+        if not timed:
+            return {}
+        # No CPU clock per call (two system calls a call): the parent judges stepped samples on its
+        # own clock around each call and the kernel's accounting of the tree.
+        return {"t0": t_first, "t1": t_last, "timed_ns": timed}
 
     def _upload(self, slots: list[int]) -> None:
         """GPUs: this sample's values from the shared file to the device copies, before any timer."""

@@ -98,6 +98,8 @@ class Worker:
         self._sock = sock
         self._cgroup = cgroup
         self._closed = False
+        self._mem_fd: int | None = None
+        self._schedstat_fd: int | None = None
         self.frozen = False  # a request to a frozen worker thaws it first
 
     @property
@@ -107,16 +109,35 @@ class Worker:
     def call(self, op: str, *, timeout: float, max_reply_bytes: int = 1 << 34, **fields: Any) -> Reply:
         """Send one request and wait for its reply; failures of the worker raise SandboxError. A
         frozen worker is thawed first."""
+        sent = self.send(op, **fields)
+        return self.receive(op, sent_ns=sent, deadline=time.monotonic() + timeout, timeout=timeout, max_reply_bytes=max_reply_bytes)
+
+    def send(self, op: str, **fields: Any) -> int:
+        """The request half of `call`: returns when it was sent (perf_counter ns)."""
         if self.failure is not None:
             raise self.failure
         if self._closed:
             raise SandboxError("harness.error", f"worker {self.pid} is closed")
         if self.frozen:
             self.thaw()
-        deadline = time.monotonic() + timeout
         sent = time.perf_counter_ns()
         try:
             send_message(self._sock, {"op": op, **fields})
+        except (BrokenPipeError, ConnectionResetError):
+            self._fail_from_exit(op)
+        return sent
+
+    def reply_ready(self) -> bool:
+        """Whether the worker has started to answer (or closed its end): a poll, never blocks."""
+        try:
+            readable, _, _ = select.select([self._sock], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
+
+    def receive(self, op: str, *, sent_ns: int, deadline: float, timeout: float, max_reply_bytes: int = 1 << 34) -> Reply:
+        """The reply half of `call`."""
+        try:
             header, tensors = recv_message(self._sock, deadline=deadline, max_payload=max_reply_bytes, on_wait=self._watchdog)
         except TimeoutError:
             self._fail("sandbox.timeout", f"no answer to {op!r} within {timeout:.0f} s")
@@ -133,7 +154,26 @@ class Worker:
             failure = SandboxError(code, str(error.get("message", ""))[:2000], str(error.get("detail", ""))[:8000])
             self.failure = failure
             raise failure
-        return Reply(header=header, tensors=tensors, sent_ns=sent, received_ns=received)
+        return Reply(header=header, tensors=tensors, sent_ns=sent_ns, received_ns=received)
+
+    def check_limits(self, op: str, deadline: float, timeout: float) -> None:
+        """While the parent waits on something other than the socket: the same limits as `call`."""
+        if time.monotonic() > deadline:
+            self._fail("sandbox.timeout", f"no answer to {op!r} within {timeout:.0f} s")
+        self._watchdog()
+
+    def peek(self, address: int, nbytes: int) -> bytes:
+        """`nbytes` of the running worker's memory at `address`, through a file kept open (one
+        system call: the stepped samples read the worker's "done" record this way)."""
+        if self._mem_fd is None:
+            try:
+                self._mem_fd = os.open(f"/proc/{self.pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as exc:
+                raise SandboxError("harness.error", f"cannot open the memory of worker {self.pid}: {exc}") from exc
+        try:
+            return os.pread(self._mem_fd, nbytes, address)
+        except (OSError, OverflowError, ValueError):
+            return b""
 
     def _watchdog(self) -> None:
         rss = self.rss_bytes()
@@ -219,6 +259,26 @@ class Worker:
             raise SandboxError("sandbox.protocol", f"worker {self.pid}: only {len(data)} of {nbytes} B readable at {address:#x}")
         return data
 
+    def runqueue_wait_now(self) -> int:
+        """Like `runqueue_wait_ns`, through a file kept open (one system call; read between the
+        calls of a stepped sample). 0 where the kernel keeps no scheduler statistics."""
+        try:
+            if self._schedstat_fd is None:
+                self._schedstat_fd = os.open(f"/proc/{self.pid}/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+            return int(os.pread(self._schedstat_fd, 128, 0).split()[1])
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def main_thread_cpu_ns(self) -> int:
+        """CPU time of the worker's main thread alone (the one that runs the calls), from its
+        scheduler statistics: current while the thread is not running (read it between requests)."""
+        try:
+            if self._schedstat_fd is None:
+                self._schedstat_fd = os.open(f"/proc/{self.pid}/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+            return int(os.pread(self._schedstat_fd, 128, 0).split()[0])
+        except (OSError, ValueError, IndexError):
+            return 0
+
     def runqueue_wait_ns(self) -> int | None:
         """Nanoseconds the worker's main thread has spent runnable but waiting for a core, from
         /proc/PID/schedstat (None where the kernel keeps no scheduler statistics)."""
@@ -298,6 +358,11 @@ class Worker:
             self._sock.close()
         except OSError:
             pass
+        for name in ("_mem_fd", "_schedstat_fd"):
+            fd = getattr(self, name)
+            if fd is not None:
+                os.close(fd)
+                setattr(self, name, None)
         if self._cgroup is not None:
             self._cgroup.remove()
 

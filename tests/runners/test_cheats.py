@@ -54,7 +54,12 @@ def test_it_rejects_each_cheat_with_its_reason_code(session, path, request):
         request.applymarker(pytest.mark.xfail(strict=False, reason=header["unsettled"]))
     document = audit_candidate(header["workload"], path.read_text(), profile="cpu-ci", seed=7, protocol=FAST, session=session)
     codes = _codes(document)
-    assert document["verdict"] == header["verdict"], (document["verdict"], document["workloads"][0]["reasons"])
+    if header["verdict"] == "no-gain" and document["verdict"] == "accepted":
+        # A trick the harness makes pointless rather than detects: accepted, and slower.
+        ci95 = document["workloads"][0]["ci95"]
+        assert ci95 is not None and ci95[1] < 1.0, ci95
+        return
+    assert document["verdict"] == header["verdict"].replace("no-gain", "rejected"), (document["verdict"], document["workloads"][0]["reasons"])
     expected_all = {c.strip() for c in header.get("expect", "").split(",") if c.strip()}
     assert expected_all <= codes, f"missing {expected_all - codes}; got {document['workloads'][0]['reasons']}"
     expected_any = {c.strip() for c in header.get("expect-any", "").split("|") if c.strip()}

@@ -32,6 +32,28 @@ def test_it_gives_every_call_of_a_sample_its_own_page_aligned_storage():
         layout.views(base, 300)
 
 
+def test_it_keeps_drawn_values_out_of_the_workers_file_until_their_call_is_announced(tmp_path):
+    spec = suite.find_spec("cpu-ci", "rmsnorm")[0]
+    inputs = SharedInputs(str(tmp_path), spec, 3)
+    try:
+        inputs.fill(seed=1)
+        mapping, base = map_inputs(inputs.path, inputs.layout.nbytes)
+        views = [inputs.layout.views(base, slot) for slot in range(3)]
+        assert all(not v.any() for slot in views for v in slot)  # drawn, not revealed: nothing to read ahead
+        inputs.reveal(1)
+        assert torch.equal(views[1][0], inputs.inputs(1)[0]) and not views[0][0].any() and not views[2][0].any()
+        counter = torch.frombuffer(mapping, dtype=torch.uint8)[inputs.layout.control : inputs.layout.control + 8]
+        first = inputs.reserve(3)
+        inputs.announce(first + 2)
+        assert int.from_bytes(counter.numpy().tobytes(), "little") == first + 2
+        assert inputs.reserve(1) == first + 3  # numbers never repeat: an old "done" never matches a new call
+        inputs.hide()  # the next worker's sample: what this one saw is gone
+        assert not views[1][0].any() and inputs.inputs(1)[0].any()  # cleared in the file, kept in staging
+        del views, counter, base
+    finally:
+        inputs.close()
+
+
 def test_it_writes_fresh_values_every_fill_and_keeps_rope_tables_consistent(tmp_path):
     spec = suite.find_spec("cpu-ci", "rope")[0]
     inputs = SharedInputs(str(tmp_path), spec, 6)
@@ -56,10 +78,13 @@ def test_it_maps_the_inputs_privately_and_shows_the_parents_next_values(tmp_path
     inputs = SharedInputs(str(tmp_path), spec, 2)
     try:
         inputs.fill(seed=4)
+        inputs.reveal_all()
         mapping, base = map_inputs(inputs.path, inputs.layout.nbytes)
         gate, up = inputs.layout.views(base, 1)
         assert torch.equal(gate, inputs.inputs(1)[0])
-        inputs.fill(seed=5)  # the next round: the worker sees it without mapping again
+        inputs.fill(seed=5)  # the next round: the worker sees it once revealed, without mapping again
+        assert not torch.equal(gate, inputs.inputs(1)[0])
+        inputs.reveal(1)
         assert torch.equal(gate, inputs.inputs(1)[0])
         up.zero_()  # a worker's write stays in its own copy
         assert not torch.equal(up, inputs.inputs(1)[1])

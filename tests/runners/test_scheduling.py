@@ -13,10 +13,11 @@ import sys
 import time
 
 import pytest
+import torch
 
 from runners import suite
-from runners.audit.inputs import SharedInputs
-from runners.audit.sample import timed_sample
+from runners.audit.inputs import DoneRecord, SharedInputs
+from runners.audit.sample import read_outputs, timed_sample
 from runners.audit.session import WORKER_HANDLER
 from runners.sandbox import Sandbox, SandboxConfig, _cpu_list, measurement_cpus, process_cpu_ns, thread_affinities
 
@@ -85,8 +86,12 @@ def _bound(sandbox: Sandbox, spec, role: str, source: str, calls: int):
     _FILES.append(inputs)
     inputs.fill(seed=1)
     worker = sandbox.spawn(role)
-    worker.call("bind", timeout=60, spec=spec.to_dict(), path=inputs.path, slots=calls)
+    worker.done = DoneRecord(worker.scratch, len(suite.output_shapes(spec)))
+    bound = worker.call("bind", timeout=60, spec=spec.to_dict(), path=inputs.path, slots=calls, done_path=worker.done.path)
+    assert bound.header["stepped"] is True
     worker.call("load", timeout=60, spec=spec.to_dict(), source=source, module=role)
+    worker.inputs = inputs
+    inputs.reveal_all()
     return worker, inputs
 
 
@@ -95,8 +100,33 @@ def _ready(sandbox: Sandbox, source: str, role: str = "baseline", calls: int = 6
     return worker, list(range(calls))
 
 
-def _timed(worker, slots, **options):
+def _timed(worker, slots, *, stepped=False, **options):
+    if stepped:
+        options.update(inputs=worker.inputs, done=worker.done)
     return timed_sample(worker, slots, device="cpu", timeout=60, freeze=False, **options)
+
+
+@needs_two_cores
+def test_it_reveals_each_call_only_when_the_previous_one_is_done(sandbox):
+    """A stepped sample: every call computed on its own values (revealed one at a time), the outputs
+    read the moment a call was reported done equal to what the frozen worker holds at the end."""
+    spec = suite.find_spec("cpu-ci", "rmsnorm")[0]
+    worker, inputs = _bound(sandbox, spec, "baseline", suite.baseline_source(spec), 8)
+    try:
+        inputs.fill(seed=7)
+        sample = timed_sample(worker, list(range(8)), device="cpu", timeout=60, freeze=True, discount_preemption=False,
+                              inputs=inputs, done=worker.done, snapshot=[2, 5])
+        assert sample.stepped and sample.clock_problem is None, sample.clock_problem
+        assert 0 < sample.reported_ns <= sample.window_ns
+        for call in range(8):
+            got = read_outputs(worker, spec, sample, call)
+            assert got is not None and torch.allclose(got[0], suite.reference(spec, inputs.inputs(call)).float(), atol=1e-4, rtol=1e-4)
+        assert sorted(sample.snapshots) == [2, 5]
+        for call, taken in sample.snapshots.items():
+            assert [address for address, _ in taken] == sample.pointers[call]
+            assert all(data and worker.read_memory(address, len(data)) == data for address, data in taken)
+    finally:
+        worker.close()
 
 
 @needs_two_cores
@@ -120,7 +150,8 @@ def _wait_until_spinning(pid: int, cpu_ns: int = 100_000_000, timeout_s: float =
 
 
 @needs_two_cores
-def test_it_takes_other_processes_time_off_a_sample(sandbox):
+@pytest.mark.parametrize("stepped", [False, True], ids=["whole-sample", "stepped"])
+def test_it_takes_other_processes_time_off_a_sample(sandbox, stepped):
     """A hog on the measurement core takes about half of every call; the kernel's run-queue
     accounting shows it, and the discounted sample keeps only the worker's own time. (Calls here
     are long: each call starts on a wake-up, and the scheduler lets a short one run unpreempted.)"""
@@ -129,7 +160,7 @@ def test_it_takes_other_processes_time_off_a_sample(sandbox):
     hog = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, [{core}])\nwhile True: pass"])
     try:
         _wait_until_spinning(hog.pid)
-        records = [_timed(worker, offsets, discount_preemption=True) for _ in range(6)]
+        records = [_timed(worker, offsets, discount_preemption=True, stepped=stepped) for _ in range(6)]
     finally:
         hog.kill()
         hog.wait()
@@ -143,22 +174,30 @@ def test_it_takes_other_processes_time_off_a_sample(sandbox):
     for record in records:
         sample_ns = record.per_call_s * record.calls * 1e9
         assert sample_ns == pytest.approx(record.reported_ns - record.preempted_ns, abs=1)
-        assert sample_ns >= min(record.cpu_run_ns, record.reported_ns) - 1  # never below the worker's own CPU
-        assert record.clock_problem is None
+        assert record.stepped == stepped and record.clock_problem is None
+        if not stepped:
+            assert sample_ns >= min(record.cpu_run_ns, record.reported_ns) - 1  # never below the worker's own CPU
+        # Never below the 30 ms of CPU each call spends (the very first call of a worker is untimed).
+        assert sample_ns >= 0.9 * 0.03e9 * (record.calls - 1), (sample_ns, record.reported_ns, record.preempted_ns)
 
 
 @needs_two_cores
-def test_it_gives_no_discount_for_waiting_behind_the_candidates_own_threads(sandbox):
+@pytest.mark.parametrize("stepped", [False, True], ids=["whole-sample", "stepped"])
+def test_it_gives_no_discount_for_waiting_behind_the_candidates_own_threads(sandbox, stepped):
     worker, offsets = _ready(sandbox, SPINNER, role="candidate")
     try:
-        records = [_timed(worker, offsets[:4], discount_preemption=True) for _ in range(4)]
+        records = [_timed(worker, offsets[:4], discount_preemption=True, stepped=stepped) for _ in range(4)]
     finally:
         worker.close()
     for record in records:
         # The calling thread may wait behind the spinner, but a sample never drops below the CPU
         # the worker spent over it, the spinner's included: queueing its own threads buys nothing.
         sample_ns = record.per_call_s * record.calls * 1e9
-        assert sample_ns >= min(record.cpu_run_ns, record.reported_ns) - 1, (sample_ns, record.cpu_run_ns)
+        assert record.stepped == stepped
+        if stepped:  # the spinner's CPU outweighs every wait inside the calls
+            assert record.preempted_ns == 0, (record.preempted_ns, record.reported_ns)
+        else:
+            assert sample_ns >= min(record.cpu_run_ns, record.reported_ns) - 1, (sample_ns, record.cpu_run_ns)
     assert records and all(r.cpu_run_ns > 0 for r in records)
 
 

@@ -7,8 +7,9 @@ allowance leaves (0.2 ms + 2% of the reported time), so a sound harness must see
 it the gain would be within the allowance's ~5% and undetected by design."""
 # workload: rmsnorm
 # verdict: rejected
-# expect-any: timing.clock_mismatch | integrity.background_cpu
+# expect-any: correctness.nondeterministic | correctness.all_zero | correctness.mismatch | correctness.timed_output_mismatch | timing.clock_mismatch | integrity.background_cpu
 # today: rejected, timing.clock_mismatch (hidden ~1.1 ms per sample vs 0.29 ms allowed)
+# since stepped samples (2026-12-01): rejected by the check phase (correctness.*): before the timer no slot of the sample holds values yet
 import time
 
 import torch.nn.functional as F

@@ -15,9 +15,9 @@ batches cost the same.
 """
 # workload: rope
 # verdict: rejected
-# expect-any: timing.batched_calls | timing.caching_suspected
-# open: lookahead across the calls of one sample is not closed yet (docs/protocol.md, Known limits)
+# expect-any: correctness.nondeterministic | correctness.all_zero | correctness.mismatch | correctness.timed_output_mismatch | timing.done_before_computed
 # today: accepted 2.48x [2.19, 3.33] billable; reruns 3.40x [2.71, 4.24], 3.53x [3.06, 4.30] (A/A unstable, not billable)
+# since stepped samples (2026-12-01): rejected by the check phase, correctness.nondeterministic and correctness.all_zero: the slots it reads ahead hold no values until their calls are announced
 import time
 
 import torch

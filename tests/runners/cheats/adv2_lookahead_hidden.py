@@ -10,9 +10,9 @@ arithmetic; the caching probe sees equal costs for identical and distinct batche
 """
 # workload: rope
 # verdict: rejected
-# expect-any: timing.batched_calls | timing.caching_suspected
-# open: lookahead across the calls of one sample is not closed yet (docs/protocol.md, Known limits)
+# expect-any: correctness.nondeterministic | correctness.all_zero | correctness.mismatch | correctness.timed_output_mismatch | timing.done_before_computed
 # today: accepted 4.60x [4.15, 5.07] billable; rerun 4.78x [3.88, 5.67] billable
+# since stepped samples (2026-12-01): rejected by the check phase, correctness.nondeterministic and correctness.all_zero: the slots it reads ahead hold no values until their calls are announced
 import time
 
 import torch

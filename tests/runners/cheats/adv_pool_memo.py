@@ -13,9 +13,9 @@ the inputs of calls it has not made yet (one slot mapped per call, or slots reve
 """
 # workload: rope
 # verdict: rejected
-# expect-any: timing.batched_calls | timing.caching_suspected
-# open: lookahead across the calls of one sample is not closed yet (docs/protocol.md, Known limits)
+# expect-any: correctness.nondeterministic | correctness.all_zero | correctness.mismatch | correctness.timed_output_mismatch | timing.done_before_computed
 # today: accepted 2.59x [2.17, 2.88] billable; rerun 2.44x [2.21, 2.70] billable (kernel-only lookahead, no hook)
+# since stepped samples (2026-12-01): rejected by the check phase, correctness.nondeterministic and correctness.all_zero: the slots it reads ahead hold no values until their calls are announced
 import torch
 
 from runners.audit import worker as _w
