@@ -182,7 +182,7 @@ def timed_sample(
     cancel every discount): the wait read around each call, less the CPU of every thread and
     process of the tree but the main one."""
     spare = _spare_cores(worker) if inputs is not None and done is not None and device == "cpu" else []
-    stepped = bool(spare) and not os.environ.get("DYNO_NO_STEP")
+    stepped = bool(spare)
     if inputs is not None:
         inputs.hide()
         if not stepped:

@@ -58,8 +58,9 @@ def _run(self, header):
         reply, out = _orig_run(self, header)
     finally:
         self.kernel = kern
-    if timed and computed[0] >= 4 and reply.get("cpu_timed_ns"):
-        _st["cost"] = reply["cpu_timed_ns"] / 1e9 / computed[0]
+    spent = reply.get("timed_ns") or reply.get("cpu_timed_ns")
+    if timed and computed[0] >= 4 and spent:
+        _st["cost"] = spent / 1e9 / computed[0]
     return reply, out
 
 
