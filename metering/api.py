@@ -135,19 +135,23 @@ def deployment_detail(request: HttpRequest, deployment_id: uuid.UUID) -> JsonRes
     return JsonResponse(deployment_data(deployment))
 
 
-@api_endpoint(methods=("POST",), scopes=("customer",))
+@api_endpoint(methods=("POST",), scopes=READERS)
 @_billing_errors
 def deployment_reports(request: HttpRequest, deployment_id: uuid.UUID) -> JsonResponse:
-    """Bill a deployment under a newer report (a re-audit) from the report's date."""
+    """Correct which report a deployment bills under, by hand: the billing operator's finance only,
+    with a reason. (A re-audit's report takes over by itself, when it is stored.)"""
     actor = request.actor
     deployment = deployment_get(access=billing_access(actor), deployment_id=deployment_id)
-    if not actor.can_write(deployment.organization_id):
-        raise ApiError(403, "forbidden", "Only customer keys switch a deployment's report.")
+    _operator(request)
     body = json_body(request)
+    reason = str(body.get("reason", "")).strip()
+    if not reason:
+        raise ApiError(400, "invalid_field", "Say why the deployment's report is corrected by hand (\"reason\"): "
+                                             "it is kept in the audit log.")
     report = get_object_or_404(Report, pk=_uuid(body.get("report"), "report"),
                                organization_id=deployment.organization_id)
     deployment_switch_report(actor=actor, deployment=deployment, report=report,
-                             effective_from=_moment(body.get("effective_from"), "effective_from"))
+                             effective_from=_moment(body.get("effective_from"), "effective_from"), reason=reason)
     return JsonResponse(deployment_data(deployment), status=201)
 
 

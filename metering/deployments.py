@@ -31,8 +31,19 @@ def report_suite(report: Report) -> dict[str, Any]:
     return suite if isinstance(suite, dict) else {}
 
 
-def _check_billable_report(*, report: Report, contract: Contract, hardware: str) -> None:
-    """A report bills under a contract only if it was measured as the contract's plan says."""
+def _check_billable_report(*, report: Report, contract: Contract, hardware: str, artifact_sha256: str | None = None) -> None:
+    """A report bills under a contract only if it measured the deployed artifact, was stable, and was
+    measured as the contract's plan says. Which report bills is a rule: nobody picks a convenient one."""
+    if artifact_sha256 is not None and (report.run.artifact_sha256 or "") != artifact_sha256:
+        raise BillingError("report_artifact_mismatch",
+                           f"report {report.pk} measured artifact {report.run.artifact_sha256 or 'none'}, not the "
+                           f"deployed {artifact_sha256 or 'none'}; a deployment bills only under reports of the "
+                           "artifact it runs (deploy the other artifact as its own deployment).", status=409)
+    if not report.stable:
+        raise BillingError("report_unstable",
+                           f"report {report.pk}'s A/A control was unstable, so its figure proves no speedup and "
+                           "cannot bill; deploy under a stable report of this artifact (ask for a re-audit, or "
+                           "re-run on a quieter runner).", status=409)
     if report.model_ci_low is None:
         raise BillingError("report_not_billable", f"report {report.pk} holds no model-level confidence interval; "
                                                   "deploy with a report of a run that measured the whole model.")
@@ -107,9 +118,13 @@ def deployment_create(*, actor: Actor, organization: Organization, report: Repor
 
 
 def deployment_switch_report(*, actor: Any, deployment: Deployment, report: Report,
-                             effective_from: datetime | None = None) -> DeploymentReport:
+                             effective_from: datetime | None = None, reason: str = "") -> DeploymentReport:
     """Bill under `report` from its date (a re-audit), or from `effective_from`. A billed month is
-    never re-priced: a date inside one moves to the first unbilled moment."""
+    never re-priced: a date inside one moves to the first unbilled moment.
+
+    Called by the system when a re-audit's report is stored (`deployments_follow_reaudit`), and by
+    the billing operator's finance to correct a deployment by hand, with a reason for the audit log;
+    the customer never chooses."""
     if report.organization_id != deployment.organization_id or report.run_id is None:
         raise BillingError("not_found", "No such report in your organization.", status=404)
     if report.run.model_version_id != deployment.model_version_id or report.hardware != deployment.hardware:
@@ -127,7 +142,7 @@ def deployment_switch_report(*, actor: Any, deployment: Deployment, report: Repo
                                                f"{current.effective_from.isoformat()}; a new report applies later.",
                                status=409)
         _check_billable_report(report=report, contract=_contract_at(deployment.organization_id, moment),
-                               hardware=deployment.hardware)
+                               hardware=deployment.hardware, artifact_sha256=deployment.artifact_sha256 or "")
         try:
             switch = DeploymentReport.objects.create(deployment=deployment, report=report, effective_from=moment,
                                                      created_by=actor_label(actor))
@@ -137,21 +152,32 @@ def deployment_switch_report(*, actor: Any, deployment: Deployment, report: Repo
         audit_record(action="deployment.report_switched", actor=actor, organization_id=deployment.organization_id,
                      target=f"deployment:{deployment.pk}",
                      data={"report": str(report.pk), "report_sha256": report.body_sha256,
-                           "effective_from": moment.isoformat(),
+                           "effective_from": moment.isoformat(), "reason": reason[:500],
                            "previous_report": str(current.report_id) if current else None})
     return switch
 
 
-def deployments_follow_reaudit(*, report: Report, actor: Any = None) -> list[DeploymentReport]:
-    """Switch every deployment currently billed under the report `report` supersedes; for the
-    reports app to call once a re-audit report exists."""
+def deployments_follow_reaudit(*, report: Report, actor: Any = "system:reaudit") -> list[DeploymentReport]:
+    """Move every deployment currently billed under the report `report` supersedes onto `report`,
+    from its date. The reports app calls this in the transaction that stores a re-audit's report,
+    so the figure that bills follows the newest measurement with no one choosing.
+
+    A re-audit that cannot bill (unstable, off the contract's plan, another artifact) moves nothing:
+    the deployment stays on the figure in force, and the audit log says why."""
     if report.supersedes_id is None:
         return []
     switched = []
-    for deployment in Deployment.objects.filter(report_history__report_id=report.supersedes_id):
+    for deployment in Deployment.objects.filter(report_history__report_id=report.supersedes_id).distinct():
         current = deployment.report_history.order_by("-effective_from").first()
-        if current is not None and current.report_id == report.supersedes_id:
-            switched.append(deployment_switch_report(actor=actor, deployment=deployment, report=report))
+        if current is None or current.report_id != report.supersedes_id:
+            continue
+        try:
+            switched.append(deployment_switch_report(actor=actor, deployment=deployment, report=report,
+                                                     reason="re-audit report supersedes the report in force"))
+        except BillingError as exc:
+            audit_record(action="deployment.reaudit_not_applied", actor=actor, organization_id=deployment.organization_id,
+                         target=f"deployment:{deployment.pk}",
+                         data={"report": str(report.pk), "code": exc.code, "message": exc.message[:500]})
     return switched
 
 

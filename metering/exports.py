@@ -35,15 +35,35 @@ class Table:
         return pd.DataFrame(list(self.rows), columns=list(self.columns), dtype=object)
 
 
+# A text cell starting with one of these is a formula (or becomes one) in a spreadsheet program
+# (OWASP, CSV injection): deployment names, descriptions and reasons are typed by customers.
+FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def neutralised(value: Any) -> Any:
+    """A text value that a spreadsheet would read as a formula, made inert with a leading quote;
+    numbers (Decimal, int) and other text pass unchanged."""
+    if isinstance(value, str) and value.startswith(FORMULA_TRIGGERS):
+        return "'" + value
+    return value
+
+
 def to_csv(table: Table) -> bytes:
-    return table.frame().to_csv(index=False, lineterminator="\n").encode()
+    safe = Table(table.columns, tuple(tuple(neutralised(v) for v in row) for row in table.rows))
+    return safe.frame().to_csv(index=False, lineterminator="\n").encode()
 
 
 def to_xlsx(sheets: dict[str, Table]) -> bytes:
+    """Every text cell is written as text (never a formula), whatever it starts with."""
     buffer = io.BytesIO()
     with pd.ExcelWriter(buffer, engine="openpyxl") as writer:
         for name, table in sheets.items():
             table.frame().to_excel(writer, sheet_name=name[:31], index=False)
+            sheet = writer.sheets[name[:31]]
+            for row in sheet.iter_rows():
+                for cell in row:
+                    if isinstance(cell.value, str):
+                        cell.data_type = "s"  # a string, also when it starts with "="
     return buffer.getvalue()
 
 

@@ -53,10 +53,13 @@ def metering_paths() -> dict[str, Any]:
             _id_param("deployment_id")], "responses": {"200": _json(_ref("Deployment"), "deployment"),
                                                        **_errors(401, 404)}}},
         "/deployments/{deployment_id}/reports": {"post": {
-            "summary": "Bill under a newer report (a re-audit) from its date, never inside a billed month",
+            "summary": "Correct a deployment's report by hand (billing operator's finance key only, with a reason; "
+                       "a re-audit's report takes over by itself). Same artifact, stable, on the contract's plan; "
+                       "never inside a billed month",
             "parameters": [_id_param("deployment_id")],
-            "requestBody": _body({"type": "object", "required": ["report"], "properties": {
+            "requestBody": _body({"type": "object", "required": ["report", "reason"], "properties": {
                 "report": {"type": "string", "format": "uuid"},
+                "reason": {"type": "string", "minLength": 1},
                 "effective_from": {"type": "string", "format": "date-time"}}}),
             "responses": {"201": _json(_ref("Deployment"), "deployment"), **_errors(400, 401, 403, 404, 409)}}},
         "/usage/batch": {"post": {

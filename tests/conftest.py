@@ -49,7 +49,8 @@ def make_key(db):
     from accounts.services import api_key_create
 
     def make(org, scope: str = "customer", name: str = "test"):
-        return api_key_create(organization=org, scope=scope, name=name)[1]
+        # Test fixtures act as the operator, who alone grants auditor keys.
+        return api_key_create(organization=org, scope=scope, name=name, operator=True)[1]
 
     return make
 

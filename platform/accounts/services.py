@@ -56,10 +56,17 @@ def _digest(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def api_key_create(*, organization: Organization, scope: str, name: str, created_by=None) -> tuple[ApiKey, str]:
-    """Create a key and return it with its plaintext, which is never stored and never shown again."""
+def api_key_create(*, organization: Organization, scope: str, name: str, created_by=None,
+                   operator: bool = False) -> tuple[ApiKey, str]:
+    """Create a key and return it with its plaintext, which is never stored and never shown again.
+
+    Auditor keys request re-audits of the organization's signed reports: the audited party must not
+    appoint its own auditor, so only the operator (staff, or the `create_api_key` command) grants them."""
     if scope not in Scope.values:
         raise AccountError(f"scope {scope!r} is unknown: use one of {', '.join(Scope.values)}.")
+    if scope == Scope.AUDITOR and not operator:
+        raise AccountError("auditor keys are granted by Dyno's operators, not by the audited organization: "
+                           "ask them to appoint an independent auditor for your reports.")
     if not name.strip():
         raise AccountError("an API key needs a name that says where it is used.")
     prefix = secrets.token_hex(6)

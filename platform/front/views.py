@@ -260,10 +260,12 @@ def api_keys(request: HttpRequest) -> HttpResponse:
         else:
             try:
                 _, new_key = api_key_create(organization=organization, scope=request.POST.get("scope", ""),
-                                            name=request.POST.get("name", ""), created_by=request.user)
+                                            name=request.POST.get("name", ""), created_by=request.user,
+                                            operator=request.user.is_staff)
             except AccountError as exc:
                 messages.error(request, str(exc))
     return render(request, "front/api_keys.html", {
         "keys": api_keys_for_actor(actor).filter(organization=organization), "new_key": new_key,
-        "scopes": Scope.values, "is_owner": is_owner, "organization": organization,
+        "scopes": [s for s in Scope.values if s != Scope.AUDITOR or request.user.is_staff],
+        "is_owner": is_owner, "organization": organization,
     })

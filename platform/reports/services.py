@@ -14,11 +14,14 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from accounts.models import Role, Scope
 from accounts.selectors import Actor
 from auditlog.services import audit_record
+from metering.deployments import deployments_follow_reaudit
+from metering.models import Contract
 from reports.document import (
     ModelFacts,
     ModelFile,
@@ -102,6 +105,10 @@ def report_create_for_run(*, run: Run) -> Report:
                            "supersedes": str(supersedes.pk) if supersedes else None})
         if reaudit is not None:
             _reaudit_complete(reaudit, report)
+        if supersedes is not None:
+            # Deployments billed under the superseded figure move to this one, from now, in this
+            # transaction: the newest measurement bills, and nobody picks which.
+            deployments_follow_reaudit(report=report)
     log.info("report %s signed for run %s (%s, key %s)", report.pk, run.pk, kind, report.key_id)
     return report
 
@@ -282,10 +289,15 @@ def _reaudit_complete(request: ReauditRequest, report: Report) -> None:
 
 
 def dispute_window_days(report: Report) -> int:
-    """Days after a report's creation during which its customer may dispute it.
-
-    One place to ask: metering contracts will carry their own window; until then the setting.
-    """
+    """Days after a report's creation during which its customer may dispute it: the window of the
+    organization's contract in force on the day the report was made, or `DYNO_REPORT_DISPUTE_DAYS`
+    where no contract was in force."""
+    made = timezone.localdate(report.created_at)
+    contract = (Contract.objects.filter(organization_id=report.organization_id, effective_from__lte=made)
+                .filter(Q(effective_to__isnull=True) | Q(effective_to__gt=made))
+                .order_by("-effective_from").first())
+    if contract is not None:
+        return int(contract.dispute_window_days)
     return int(getattr(settings, "DYNO_REPORT_DISPUTE_DAYS", DEFAULT_DISPUTE_DAYS))
 
 

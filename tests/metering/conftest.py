@@ -52,10 +52,13 @@ def make_report(db, make_version):
     from runs.models import Run
 
     def make(org, *, hardware: str = "gpu-h100", ci_low: str = "1.25", stable: bool = True,
-             suite_version: str = "v1", supersedes=None, version=None):
+             suite_version: str = "v1", supersedes=None, version=None, artifact_sha256: str | None = None):
         version = version or (supersedes.run.model_version if supersedes is not None else make_version(org))
+        # A re-audit measures the same artifact again; any other report a fresh one.
+        artifact = artifact_sha256 or (supersedes.run.artifact_sha256 if supersedes is not None
+                                       else hashlib.sha256(uuid.uuid4().bytes).hexdigest())
         run = Run.objects.create(organization=org, model_version=version, hardware=hardware, status="succeeded",
-                                 artifact_sha256=hashlib.sha256(uuid.uuid4().bytes).hexdigest())
+                                 artifact_sha256=artifact)
         body = json.dumps({"schema": "dyno.report/1", "suite": {"version": suite_version, "profile": "gpu",
                                                                 "manifest_sha256": "f" * 64},
                            "run": {"id": str(run.id)}, "billing": {"ci95_low": ci_low}},
@@ -91,6 +94,20 @@ def make_deployment(db):
                                  name=name or f"dep-{uuid.uuid4().hex[:6]}", active_from=active_from)
 
     return make
+
+
+def unchecked_deployment(org, report, *, name: str, active_from: datetime = at("2025-01-01 00:00")):
+    """A deployment under an unstable report, written straight to the tables: the platform refuses
+    to create one (report_unstable), but the fee engine must still bill such a row at S = 1 (rows
+    from before that rule, or written by hand), so the billing tests keep that case."""
+    from metering.models import Deployment, DeploymentReport
+
+    deployment = Deployment.objects.create(organization=org, name=name, model_version_id=report.run.model_version_id,
+                                           hardware=report.hardware, artifact_sha256=report.run.artifact_sha256,
+                                           active_from=active_from, created_by="system:test")
+    DeploymentReport.objects.create(deployment=deployment, report=report, effective_from=active_from,
+                                    created_by="system:test")
+    return deployment
 
 
 @pytest.fixture

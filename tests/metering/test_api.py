@@ -116,9 +116,22 @@ def test_it_deploys_and_switches_reports_through_the_api(keys, make_report, make
     assert deployment["hardware"] == "gpu-h100" and deployment["reports"][0]["ci_low"] == "1.300000"
     assert keys["acme"].post("deployments", {"report": str(report.pk), "name": "eu-west"}).status_code == 409
     reaudit = make_report(acme_org, ci_low="1.2", supersedes=report)
-    switched = keys["acme"].post(f"deployments/{deployment['id']}/reports", {"report": str(reaudit.pk)})
-    assert switched.status_code == 201
+    # The customer never picks the report it is billed under; the operator's finance corrects by hand, saying why.
+    picked = keys["acme"].post(f"deployments/{deployment['id']}/reports", {"report": str(reaudit.pk), "reason": "cheaper"})
+    assert picked.status_code == 403, picked.json()
+    unexplained = keys["finance"].post(f"deployments/{deployment['id']}/reports", {"report": str(reaudit.pk)})
+    assert unexplained.status_code == 400 and "reason" in unexplained.json()["error"]["message"]
+    switched = keys["finance"].post(f"deployments/{deployment['id']}/reports",
+                                    {"report": str(reaudit.pk), "reason": "re-audit stored before the hook existed"})
+    assert switched.status_code == 201, switched.json()
     assert [r["report"] for r in switched.json()["reports"]] == [str(report.pk), str(reaudit.pk)]
+    other_artifact = make_report(acme_org, ci_low="1.05", version=reaudit.run.model_version)
+    moved = keys["finance"].post(f"deployments/{deployment['id']}/reports", {"report": str(other_artifact.pk), "reason": "x"})
+    assert moved.json()["error"]["code"] == "report_artifact_mismatch"
+    unstable = make_report(acme_org, ci_low="1.5", stable=False)
+    refused_unstable = keys["acme"].post("deployments", {"report": str(unstable.pk), "name": "shaky"})
+    assert refused_unstable.status_code == 409 and refused_unstable.json()["error"]["code"] == "report_unstable"
+    assert "stable report" in refused_unstable.json()["error"]["message"]
     stale = keys["acme"].post("deployments", {"report": str(report.pk), "name": "stale"})
     assert stale.json()["error"]["code"] == "report_superseded"
     other_suite = make_report(acme_org, suite_version="v0")

@@ -14,7 +14,7 @@ from django.db import transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.metering.conftest import TERMS, at
+from tests.metering.conftest import TERMS, at, unchecked_deployment
 
 pytestmark = pytest.mark.django_db
 
@@ -91,7 +91,9 @@ def test_it_keeps_the_money_rules_at_the_invoice_level(organizations, make_org, 
             for n, dep_spec in enumerate(spec["deployments"]):
                 report = make_report(org, hardware=dep_spec["hardware"], ci_low=str(dep_spec["ci_low"]),
                                      stable=dep_spec["stable"])
-                dep = make_deployment(org, report, name=f"d{n}")
+                # Unstable reports cannot be deployed any more; rows under one still bill at S = 1.
+                dep = (make_deployment(org, report, name=f"d{n}") if dep_spec["stable"]
+                       else unchecked_deployment(org, report, name=f"d{n}"))
                 if dep_spec["switch"]:
                     day, ci = dep_spec["switch"]
                     deployment_switch_report(actor="system:test", deployment=dep,

@@ -58,3 +58,31 @@ def test_it_refuses_a_second_run_or_invoice_for_the_same_period_in_the_database(
     with pytest.raises(IntegrityError), transaction.atomic():
         Invoice.objects.create(organization=invoice.organization, run=invoice.run, period=invoice.period,
                                currency=invoice.currency, total=0)
+
+
+def test_a_reaudit_that_cannot_bill_leaves_the_figure_in_force_and_says_why(make_org, make_contract, make_report,
+                                                                          make_deployment, billing_settings):
+    from auditlog.models import AuditEvent
+    from metering.deployments import deployments_follow_reaudit
+
+    org = make_org("acme")
+    make_contract(org)
+    original = make_report(org, ci_low="1.3")
+    deployment = make_deployment(org, original, name="prod")
+    unstable = make_report(org, ci_low="1.01", stable=False, supersedes=original)
+    assert deployments_follow_reaudit(report=unstable) == []
+    assert list(deployment.report_history.values_list("report_id", flat=True)) == [original.pk]
+    event = AuditEvent.objects.get(action="deployment.reaudit_not_applied")
+    assert event.data["code"] == "report_unstable" and event.target == f"deployment:{deployment.pk}"
+
+
+def test_it_refuses_to_deploy_an_unstable_report(make_org, make_contract, make_report, make_deployment, billing_settings):
+    from metering.errors import BillingError
+    from metering.models import Deployment
+
+    org = make_org("acme")
+    make_contract(org)
+    with pytest.raises(BillingError, match="A/A control was unstable") as refused:
+        make_deployment(org, make_report(org, ci_low="2.0", stable=False), name="free")
+    assert refused.value.code == "report_unstable" and refused.value.status == 409
+    assert not Deployment.objects.filter(name="free").exists()

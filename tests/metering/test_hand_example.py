@@ -38,7 +38,7 @@ from decimal import Decimal
 
 import pytest
 
-from tests.metering.conftest import at
+from tests.metering.conftest import at, unchecked_deployment
 
 D = Decimal
 pytestmark = pytest.mark.django_db
@@ -57,7 +57,7 @@ def world(make_org, make_report, make_contract, make_deployment, ingest, billing
     deployment_switch_report(actor="system:test", deployment=prod, report=report_b,
                              effective_from=at("2025-01-16 00:00"))
     edge = make_deployment(acme, make_report(acme, ci_low="1.05"), name="edge")
-    h200 = make_deployment(acme, make_report(acme, hardware="gpu-h200", ci_low="1.50", stable=False), name="h200")
+    h200 = unchecked_deployment(acme, make_report(acme, hardware="gpu-h200", ci_low="1.50", stable=False), name="h200")
     slow = make_deployment(acme, make_report(acme, ci_low="1.04"), name="slow")
     beta_edge = make_deployment(beta, make_report(beta, ci_low="1.05"), name="edge")
     beta_main = make_deployment(beta, make_report(beta, ci_low="1.50"), name="main")

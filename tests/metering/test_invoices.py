@@ -107,6 +107,31 @@ def test_it_exports_an_invoice_as_csv_xlsx_and_pdf(billed):
     assert pdf.startswith(b"%PDF-") and len(pdf) > 2000
 
 
+def test_it_writes_customer_text_as_inert_text_in_csv_and_xlsx(billed):
+    """OWASP CSV injection: a deployment named like a formula must not become one in finance's sheet."""
+    from metering.exports import invoice_csv, invoice_xlsx
+    from metering.models import Deployment
+
+    hostile = '=HYPERLINK("http://evil.test","x")'
+    Deployment.objects.filter(name="prod").update(name=hostile)
+    Deployment.objects.filter(name="big").update(name="+1-1")
+    acme = billed["acme"]
+    rows = list(csv.DictReader(io.StringIO(invoice_csv(acme).decode())))
+    assert {r["deployment"] for r in rows if r["kind"] == "usage"} == {"'" + hostile, "'+1-1"}
+    assert rows[0]["fee"] in ("12.50", "20.00")  # numbers are untouched
+    workbook = openpyxl.load_workbook(io.BytesIO(invoice_xlsx(acme)))
+    cells = [cell for row in workbook["Lines"].iter_rows(min_row=2) for cell in row if cell.value in (hostile, "+1-1")]
+    assert len(cells) == 2 and all(cell.data_type == "s" for cell in cells)  # text, not a formula
+    assert b"<f>" not in _sheet_xml(invoice_xlsx(acme))
+
+
+def _sheet_xml(data: bytes) -> bytes:
+    import zipfile
+
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        return b"".join(archive.read(name) for name in archive.namelist() if name.startswith("xl/worksheets/"))
+
+
 def test_it_summarises_a_periods_revenue_share(billed):
     from metering.exports import revenue_share_table
     from metering.invoices import invoice_finalize, invoice_void

@@ -177,3 +177,19 @@ def test_the_signing_key_command_lists_rotates_and_revokes(people, make_report):
     with pytest.raises(CommandError, match="no signing key"):
         call_command("signing_key", "revoke", "ffff", "--reason", "x")
     assert AuditEvent.objects.filter(action="signing_key.rotated", actor="operator:manage.py signing_key").exists()
+
+
+def test_the_contract_in_force_sets_the_dispute_window(people, make_report):
+    from metering.contracts import contract_terms_from, contract_version_create
+    from tests.metering.conftest import TERMS
+
+    first = timezone.localdate().replace(day=1)
+    contract_version_create(organization=people["acme"], terms=contract_terms_from({**TERMS, "dispute_window_days": 5}),
+                            effective_from=first, actor="system:test", today=first)
+    report = make_report(people["acme"], result=synthetic_result(seed=22))
+    with mock.patch("reports.services.timezone.now", return_value=timezone.now() + timedelta(days=6)), \
+            pytest.raises(ReportRefused) as late:
+        report_dispute(actor=_actor("owner@acme.test"), report=report, reason="after the contract's window")
+    assert late.value.code == "window_closed" and "5-day" in late.value.message
+    with mock.patch("reports.services.timezone.now", return_value=timezone.now() + timedelta(days=4)):
+        assert report_dispute(actor=_actor("owner@acme.test"), report=report, reason="in time").status == "open"

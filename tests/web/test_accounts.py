@@ -97,3 +97,14 @@ def test_it_lets_only_owners_manage_keys(client, make_org, make_member):
     client.login(username="dev@acme.test", password="correct-horse-battery")
     client.post(reverse("front:api-keys"), {"name": "sneaky", "scope": "finance"})
     assert not ApiKey.objects.filter(name="sneaky").exists()
+
+
+def test_it_refuses_an_owner_who_mints_an_auditor_key_for_their_own_org(client, make_org):
+    """The audited party cannot appoint its own auditor (who may request re-audits of its reports)."""
+    org = make_org("acme", owner="owner@acme.test")
+    client.login(username="owner@acme.test", password="correct-horse-battery")
+    form = client.get(reverse("front:api-keys"))
+    assert b"<option>customer</option>" in form.content and b"<option>auditor</option>" not in form.content
+    page = client.post(reverse("front:api-keys"), {"name": "self-audit", "scope": "auditor"}, follow=True)
+    assert b"granted by Dyno&#x27;s operators" in page.content
+    assert not ApiKey.objects.filter(organization=org, scope="auditor").exists()

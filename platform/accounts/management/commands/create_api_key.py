@@ -19,7 +19,7 @@ class Command(BaseCommand):
         if organization is None:
             raise CommandError(f"no organization {org!r}: create it with `manage.py createorg`.")
         try:
-            _, raw = api_key_create(organization=organization, scope=scope, name=name)
+            _, raw = api_key_create(organization=organization, scope=scope, name=name, operator=True)
         except AccountError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(raw)
