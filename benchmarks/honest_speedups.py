@@ -45,7 +45,8 @@ def main() -> None:
                 entry = document["workloads"][0]
                 row = {"candidate": filename, "repeat": repeat, "verdict": document["verdict"],
                        "speedup": entry["speedup"], "ci95": entry["ci95"],
-                       "reasons": sorted({r["code"] for r in entry["reasons"]})}
+                       "reasons": sorted({r["code"] for r in entry["reasons"]}),
+                       "messages": [r["message"][:300] for r in entry["reasons"]]}
                 rows.append(row)
                 print(f"{filename:30s} {row['verdict']:9s} {row['speedup']} {row['ci95']} {row['reasons']}", flush=True)
     result = {

@@ -593,7 +593,8 @@ def _judge_cpu(outcome: Outcome, summary: dict[str, Any], candidate: _Slot, trus
     between = [(r["candidate"].cpu_round_ns - r["candidate"].cpu_run_ns
                 - sum(r[s.label].cpu_round_ns - r[s.label].cpu_run_ns for s in trusted) / len(trusted)) / 1e9 for r in rounds]
     timed = [cores * r["candidate"].effective_ns / 1e9 for r in rounds]
-    if all(r[s.label].stepped for r in rounds for s in [candidate, *trusted]):
+    stepped = all(r[s.label].stepped for r in rounds for s in [candidate, *trusted])
+    if stepped:
         harness = [sum(_outside_s(r[s.label], cores) for s in trusted) / len(trusted) for r in rounds]
         hidden = [_outside_s(r["candidate"], cores) - h for r, h in zip(rounds, harness)]
     else:
@@ -602,6 +603,8 @@ def _judge_cpu(outcome: Outcome, summary: dict[str, Any], candidate: _Slot, trus
     est = stats.median_ci(hidden, seed=suite.derive_seed(seed, "cpu", "hidden") & 0xFFFFFFFF, **bootstrap_args(protocol))
     timed_median = stats.median(timed)
     allowed = protocol.round_cpu_abs_s + protocol.round_cpu_rel * timed_median
+    if stepped:
+        allowed += protocol.round_cpu_per_call_s * stats.median([r["candidate"].calls for r in rounds])
     summary["hidden_work_s"] = [est.point, est.low, est.high]
     summary["harness_cost_s"] = stats.median(harness)
     summary["hidden_work_allowed_s"] = allowed
