@@ -39,7 +39,8 @@ def make_member(db):
     from accounts.services import member_add
 
     def make(org, email: str, role: str = "member", password: str = "correct-horse-battery"):
-        return member_add(organization=org, email=email, role=role, password=password)
+        # Test fixtures act as the operator, who alone appoints auditors.
+        return member_add(organization=org, email=email, role=role, password=password, operator=True)
 
     return make
 

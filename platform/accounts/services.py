@@ -33,9 +33,15 @@ def organization_create(*, slug: str, name: str, owner_email: str | None = None,
     return org
 
 
-def member_add(*, organization: Organization, email: str, role: str, password: str | None = None):
+def member_add(*, organization: Organization, email: str, role: str, password: str | None = None,
+               operator: bool = False):
+    """`email` joins `organization` in `role`. Auditors are appointed by the operator (staff, a
+    management command), never by the audited organization, like auditor keys."""
     if role not in Role.values:
         raise AccountError(f"role {role!r} is unknown: use one of {', '.join(Role.values)}.")
+    if role == Role.AUDITOR and not operator:
+        raise AccountError("auditors are appointed by Dyno's operators, not by the audited organization: "
+                           "ask them to add the auditor.")
     User = get_user_model()
     email = email.strip().lower()
     user, created = User.objects.get_or_create(username=email, defaults={"email": email})

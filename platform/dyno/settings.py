@@ -181,6 +181,9 @@ DYNO_REAUDIT_SWEEP_SECONDS = env_int("DYNO_REAUDIT_SWEEP_SECONDS", 60, minimum=1
 DYNO_SIGNING_KEY_PATH = Path(env_str("DYNO_SIGNING_KEY_PATH", str(VAR_DIR / "keys" / "report-signing.pem")))
 # Days after signing during which a customer may dispute a report (contracts override it).
 DYNO_REPORT_DISPUTE_DAYS = env_int("DYNO_REPORT_DISPUTE_DAYS", 30, minimum=0)
+# Re-measurements an organization's auditors and disputes may start per dispute window (the
+# operator's are not counted): a re-roll until a low figure appears is the attack this bounds.
+DYNO_REAUDITS_PER_WINDOW = env_int("DYNO_REAUDITS_PER_WINDOW", 2, minimum=0)
 
 # Billing: the organization whose finance members and finance keys bill every customer org, and
 # the margin behind "now" a billing run stops taking usage (above 4 x the 30 s ingestion timeout).

@@ -14,13 +14,14 @@ from django.urls import reverse
 from api.auth import ApiError, api_endpoint, json_body
 from reports.compare import compare_bodies, reaudit_dict
 from reports.models import ReauditRequest, Report
-from reports.selectors import reaudit_neighbours, reaudit_requests_of, report_get, report_list, signature_document
+from reports.selectors import reaudit_neighbours, report_auditors, reaudit_requests_of, report_get, report_list, signature_document
 from reports.services import ReportRefused, reaudit_request, report_dispute
 
 READERS = ("customer", "auditor")
 
 
-def report_dict(report: Report) -> dict[str, Any]:
+def report_dict(report: Report, auditors: list | None = None) -> dict[str, Any]:
+    auditors = report_auditors(report) if auditors is None else auditors
     return {
         "id": str(report.pk), "kind": report.kind, "organization": report.organization.slug,
         "run": str(report.run_id) if report.run_id else None, "hardware": report.hardware,
@@ -29,6 +30,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         "model_ci_high": _text(report.model_ci_high), "stable": report.stable,
         "supersedes": str(report.supersedes_id) if report.supersedes_id else None,
         "created_at": report.created_at.isoformat(),
+        "auditors": [{"kind": a.kind, "label": a.label, "since": a.since.isoformat()} for a in auditors],
         "links": {"body": reverse("reports:api-body", args=[report.pk]),
                   "signature": reverse("reports:api-signature", args=[report.pk]),
                   "page": reverse("reports:detail", args=[report.pk]),
@@ -36,7 +38,7 @@ def report_dict(report: Report) -> dict[str, Any]:
     }
 
 
-REFUSAL_STATUS = {"forbidden": 403, "window_closed": 409, "invalid_reason": 400}
+REFUSAL_STATUS = {"forbidden": 403, "window_closed": 409, "limit_reached": 409, "invalid_reason": 400}
 
 
 def _refused(exc: ReportRefused) -> ApiError:
@@ -49,7 +51,9 @@ def _text(value) -> str | None:
 
 @api_endpoint(methods=("GET",), scopes=READERS)
 def report_list_api(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"reports": [report_dict(r) for r in report_list(actor=request.actor)[:200]]})
+    reports = list(report_list(actor=request.actor)[:200])
+    by_org = {r.organization_id: report_auditors(r) for r in reports}  # one read per organization
+    return JsonResponse({"reports": [report_dict(r, by_org[r.organization_id]) for r in reports]})
 
 
 @api_endpoint(methods=("GET",), scopes=READERS)
@@ -124,7 +128,8 @@ def openapi_paths() -> dict[str, Any]:
     error = {"$ref": "#/components/schemas/Error"}
 
     texts = {400: "bad input", 401: "missing, unknown or revoked key", 403: "key scope or role not allowed",
-             404: "no such report in your organization", 409: "the dispute window is closed"}
+             404: "no such report in your organization",
+             409: "the dispute window is closed, or the re-measurement limit is reached (`limit_reached`)"}
 
     def responses(status: int, description: str, *errors: int) -> dict[str, Any]:
         ok = {"description": description, "content": {"application/json": {"schema": {"type": "object"}}}}
@@ -152,7 +157,7 @@ def openapi_paths() -> dict[str, Any]:
             "post": {"summary": "Request a re-audit (auditor key); a worker measures it again on current runners "
                                 "and its report supersedes this one",
                      "parameters": [uuid_param], "requestBody": reason,
-                     "responses": responses(201, "the re-audit request", 400, 401, 403, 404)}},
+                     "responses": responses(201, "the re-audit request", 400, 401, 403, 404, 409)}},
         "/reports/{report_id}/disputes": {"post": {
             "summary": "Dispute a report inside the dispute window (customer key); asks for a re-audit",
             "parameters": [uuid_param], "requestBody": reason,

@@ -115,6 +115,8 @@ class ReauditRequest(models.Model):
     organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="reaudit_requests")
     report = models.ForeignKey(Report, on_delete=models.PROTECT, related_name="reaudit_requests")
     requested_by = models.CharField(max_length=254)  # Actor.audit_label
+    # Asked by Dyno's operator (staff): outside the per-window limit that binds auditors and disputes.
+    by_operator = models.BooleanField(default=False)
     reason = models.TextField()
     status = models.CharField(max_length=16, choices=ReauditStatus.choices, default=ReauditStatus.REQUESTED)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
+from dataclasses import dataclass
+
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 
+from accounts.models import ApiKey, Membership, Role, Scope
 from accounts.selectors import Actor
 from reports.models import OPEN_REAUDIT, ReauditRequest, ReauditStatus, Report
 from reports.signing import keys_document
@@ -50,6 +53,26 @@ def files_verify(*, body: bytes, signature: bytes) -> VerifyResult:
         return VerifyResult(valid=False, reason=Reason.MALFORMED_SIGNATURE,
                             message=f"the signature file is not JSON ({exc}); download it again from the report page.")
     return verify(body, signature_doc, keys_document())
+
+
+@dataclass(frozen=True)
+class Auditor:
+    """Someone the operator appointed to audit an organization: a person or an auditor API key."""
+
+    kind: str  # "person" or "key"
+    label: str  # a person's e-mail; a key's name and public prefix (never the secret)
+    since: datetime
+
+
+def report_auditors(report: Report) -> list[Auditor]:
+    """Who may re-audit `report` today: the auditor people and active auditor keys of its
+    organization, all appointed by Dyno's operator (the organization cannot appoint its own)."""
+    people = (Membership.objects.filter(organization_id=report.organization_id, role=Role.AUDITOR)
+              .select_related("user").order_by("created_at"))
+    keys = ApiKey.objects.filter(organization_id=report.organization_id, scope=Scope.AUDITOR,
+                                 revoked_at__isnull=True).order_by("created_at")
+    return ([Auditor("person", m.user.email or m.user.username, m.created_at) for m in people]
+            + [Auditor("key", f"{k.name} ({k.prefix})", k.created_at) for k in keys])
 
 
 def report_successor(report: Report) -> Report | None:

@@ -17,7 +17,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from accounts.models import Role, Scope
+from accounts.models import Organization, Role, Scope
 from accounts.selectors import Actor
 from auditlog.services import audit_record
 from metering.deployments import deployments_follow_reaudit
@@ -56,8 +56,9 @@ DISPUTING_ROLES = frozenset({Role.OWNER, Role.MEMBER, Role.FINANCE, Scope.CUSTOM
 class ReportRefused(ValueError):
     """A dispute or re-audit request that cannot be honoured; the message says why and what to do.
 
-    `code`: "forbidden" (the actor's role may not), "window_closed" (too late to dispute) or
-    "invalid_reason" (empty or too long).
+    `code`: "forbidden" (the actor's role may not), "window_closed" (too late to dispute),
+    "limit_reached" (the report's chain was already re-measured on dispute, or the organization's
+    re-measurements for this window are used up) or "invalid_reason" (empty or too long).
     """
 
     def __init__(self, code: str, message: str) -> None:
@@ -158,7 +159,7 @@ def reaudit_request(*, actor: Actor, report: Report, reason: str) -> ReauditRequ
     if not (actor.is_staff or role in (Role.AUDITOR, Scope.AUDITOR)):
         raise ReportRefused("forbidden", "only auditors assigned to this organization (and staff) request re-audits; "
                             f"customers dispute a report within {dispute_window_days(report)} days instead.")
-    return _reaudit_open(actor=actor, report=report, reason=_reason(reason, "re-audit"))
+    return _reaudit_open(actor=actor, report=report, reason=_reason(reason, "re-audit"), what="re-audit")
 
 
 def reaudit_claim(*, request_id, run: Run) -> bool:
@@ -253,17 +254,27 @@ def reports_sweep(*, now: datetime | None = None, report_grace_seconds: int = 60
     return done
 
 
-def _reaudit_open(*, actor: Actor, report: Report, reason: str) -> ReauditRequest:
-    """The open re-audit of `report`: a new one, or the one already open (a second asker joins it)."""
+def _reaudit_open(*, actor: Actor, report: Report, reason: str, what: str) -> ReauditRequest:
+    """The open re-audit of `report`: the one already open (a second asker joins it, nothing more
+    is measured), or a new one inside the organization's limit (the operator's are not counted)."""
     open_request = ReauditRequest.objects.filter(report=report, status__in=OPEN_REAUDIT).first()
     if open_request is not None:
         return open_request
     try:
         with transaction.atomic():
+            # The organization's row lock serializes two askers, so the limit is never overrun by a race.
+            Organization.objects.select_for_update().filter(pk=report.organization_id).first()
+            open_request = ReauditRequest.objects.filter(report=report, status__in=OPEN_REAUDIT).first()
+            if open_request is not None:
+                return open_request
+            if not actor.is_staff:
+                _within_window_limit(report=report, what=what)
             request = ReauditRequest.objects.create(organization_id=report.organization_id, report=report,
-                                                    requested_by=actor.audit_label, reason=reason)
+                                                    requested_by=actor.audit_label, reason=reason,
+                                                    by_operator=actor.is_staff)
             audit_record(action="reaudit.requested", actor=actor, organization_id=report.organization_id,
-                         target=f"report:{report.pk}", data={"reaudit": str(request.pk), "reason": reason})
+                         target=f"report:{report.pk}", data={"reaudit": str(request.pk), "reason": reason,
+                                                             "by_operator": actor.is_staff})
             from reports.tasks import reaudit_enqueue
 
             reaudit_enqueue(request.pk)
@@ -271,6 +282,45 @@ def _reaudit_open(*, actor: Actor, report: Report, reason: str) -> ReauditReques
         # Someone opened one between our read and our insert: the constraint kept it single.
         return ReauditRequest.objects.get(report=report, status__in=OPEN_REAUDIT)
     return request
+
+
+def reaudit_window_days(organization_id: int, day=None) -> int:
+    """The organization's re-measurement window: its contract's dispute window in force on `day`
+    (today by default), or `DYNO_REPORT_DISPUTE_DAYS` where no contract is in force."""
+    day = day or timezone.localdate()
+    contract = (Contract.objects.filter(organization_id=organization_id, effective_from__lte=day)
+                .filter(Q(effective_to__isnull=True) | Q(effective_to__gt=day))
+                .order_by("-effective_from").first())
+    if contract is not None:
+        return int(contract.dispute_window_days)
+    return int(getattr(settings, "DYNO_REPORT_DISPUTE_DAYS", DEFAULT_DISPUTE_DAYS))
+
+
+def reaudits_counted(*, organization_id: int, now: datetime | None = None) -> tuple[int, int, datetime]:
+    """(re-measurements counted against the limit, the limit, the start of the window).
+
+    Counted: requests not asked by the operator, inside the window, that measured or will
+    measure (a failed one measured nothing and gives its place back)."""
+    now = now or timezone.now()
+    since = now - timedelta(days=max(1, reaudit_window_days(organization_id, timezone.localdate(now))))
+    used = ReauditRequest.objects.filter(organization_id=organization_id, by_operator=False, created_at__gte=since,
+                                         status__in=(*OPEN_REAUDIT, ReauditStatus.COMPLETED)).count()
+    return used, int(getattr(settings, "DYNO_REAUDITS_PER_WINDOW", 2)), since
+
+
+def _within_window_limit(*, report: Report, what: str) -> None:
+    used, limit, since = reaudits_counted(organization_id=report.organization_id)
+    if used >= limit:
+        oldest = (ReauditRequest.objects.filter(organization_id=report.organization_id, by_operator=False,
+                                                created_at__gte=since,
+                                                status__in=(*OPEN_REAUDIT, ReauditStatus.COMPLETED))
+                  .order_by("created_at").values_list("created_at", flat=True).first())
+        days = reaudit_window_days(report.organization_id)
+        again = f"; the next is possible after {oldest + timedelta(days=days):%Y-%m-%d %H:%M} UTC" if oldest else ""
+        raise ReportRefused("limit_reached",
+                            f"this organization's reports were re-measured {used} times in the last {days} days, "
+                            f"the limit of its contract window ({limit}){again}. A {what} beyond it is started "
+                            "by Dyno's operator: write to them with the report id and the reason.")
 
 
 def _reaudit_complete(request: ReauditRequest, report: Report) -> None:
@@ -292,13 +342,7 @@ def dispute_window_days(report: Report) -> int:
     """Days after a report's creation during which its customer may dispute it: the window of the
     organization's contract in force on the day the report was made, or `DYNO_REPORT_DISPUTE_DAYS`
     where no contract was in force."""
-    made = timezone.localdate(report.created_at)
-    contract = (Contract.objects.filter(organization_id=report.organization_id, effective_from__lte=made)
-                .filter(Q(effective_to__isnull=True) | Q(effective_to__gt=made))
-                .order_by("-effective_from").first())
-    if contract is not None:
-        return int(contract.dispute_window_days)
-    return int(getattr(settings, "DYNO_REPORT_DISPUTE_DAYS", DEFAULT_DISPUTE_DAYS))
+    return reaudit_window_days(report.organization_id, timezone.localdate(report.created_at))
 
 
 def dispute_deadline(report: Report) -> datetime:
@@ -317,13 +361,35 @@ def report_dispute(*, actor: Actor, report: Report, reason: str) -> Dispute:
                                              f"closed on {deadline:%Y-%m-%d}; ask an auditor assigned to your "
                                              "organization for a re-audit.")
     with transaction.atomic():
-        request = _reaudit_open(actor=actor, report=report, reason=f"dispute: {text}")
+        measured = _chain_disputed_and_measured(report)
+        if measured is not None and not (ReauditRequest.objects.filter(report=report, status__in=OPEN_REAUDIT)
+                                         .exists()):
+            raise ReportRefused("limit_reached",
+                                f"this report's measurement was already disputed and re-measured (dispute "
+                                f"{measured.pk} of {measured.created_at:%Y-%m-%d}, re-audit report "
+                                f"{measured.reaudit.result_report_id}); a dispute re-measures once. A second "
+                                "re-measurement is started by Dyno's operator: write to them with the report id.")
+        request = _reaudit_open(actor=actor, report=report, reason=f"dispute: {text}", what="dispute")
         dispute = Dispute.objects.create(organization_id=report.organization_id, report=report,
                                          raised_by=actor.audit_label, reason=text, reaudit=request)
         audit_record(action="report.disputed", actor=actor, organization_id=report.organization_id,
                      target=f"report:{report.pk}",
                      data={"dispute": str(dispute.pk), "reaudit": str(request.pk), "reason": text})
     return dispute
+
+
+def _chain_disputed_and_measured(report: Report) -> Dispute | None:
+    """A dispute anywhere in `report`'s re-audit chain whose re-audit measured (completed)."""
+    chain, older = {report.pk}, report
+    while older.supersedes_id is not None:
+        older = Report.objects.only("pk", "supersedes_id").get(pk=older.supersedes_id)
+        chain.add(older.pk)
+    newer = report
+    while (newer := Report.objects.only("pk").filter(supersedes=newer).first()) is not None:
+        chain.add(newer.pk)
+    return (Dispute.objects.select_related("reaudit").filter(report_id__in=chain,
+                                                             reaudit__status=ReauditStatus.COMPLETED)
+            .order_by("created_at").first())
 
 
 def _reason(reason: str, what: str) -> str:

@@ -28,13 +28,21 @@ from reports.selectors import (
     files_verify,
     reaudit_neighbours,
     reaudit_open_for,
+    report_auditors,
     report_get,
     report_list,
     report_successor,
     report_verify,
     signature_document,
 )
-from reports.services import DISPUTING_ROLES, ReportRefused, dispute_deadline, reaudit_request, report_dispute
+from reports.services import (
+    DISPUTING_ROLES,
+    ReportRefused,
+    dispute_deadline,
+    reaudit_request,
+    reaudits_counted,
+    report_dispute,
+)
 from reports.signing import keys_document
 
 MAX_VERIFY_UPLOAD_BYTES = 64 * 1024 * 1024
@@ -83,6 +91,8 @@ def _page_context(actor: Actor, report: Report) -> dict:
         "reaudit_comparisons": reaudit_comparisons(report),
         "reaudit_open": reaudit_open_for(report),
         "disputes": report.disputes.all(),
+        "auditors": report_auditors(report),
+        "reaudits_used": reaudits_counted(organization_id=report.organization_id)[:2],
         "can_reaudit": actor.is_staff or role == Role.AUDITOR,
         "can_dispute": role in DISPUTING_ROLES,
         "dispute_deadline": dispute_deadline(report),

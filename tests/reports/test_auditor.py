@@ -4,6 +4,7 @@ inside the window, the pipeline's re-audit report superseding the old one, and t
 from __future__ import annotations
 
 import functools
+from io import StringIO
 import json
 from datetime import timedelta
 from unittest import mock
@@ -161,7 +162,6 @@ def test_the_pdf_carries_the_model_name_and_the_signed_files(client, people, mak
 
 
 def test_the_signing_key_command_lists_rotates_and_revokes(people, make_report):
-    from io import StringIO
 
     from django.core.management import CommandError, call_command
 
@@ -193,3 +193,102 @@ def test_the_contract_in_force_sets_the_dispute_window(people, make_report):
     assert late.value.code == "window_closed" and "5-day" in late.value.message
     with mock.patch("reports.services.timezone.now", return_value=timezone.now() + timedelta(days=4)):
         assert report_dispute(actor=_actor("owner@acme.test"), report=report, reason="in time").status == "open"
+
+
+def _complete(request, make_run, org, seed: int):
+    """The pipeline's part: a run measures the request again and its report supersedes."""
+    rerun = make_run(org, result=synthetic_result(seed=seed))
+    assert reaudit_claim(request_id=request.pk, run=rerun)
+    return report_create_for_run(run=rerun)
+
+
+def test_a_dispute_re_measures_a_report_once(client, people, make_report, make_run):
+    acme = people["acme"]
+    report = make_report(acme)
+    first = report_dispute(actor=_actor("owner@acme.test"), report=report, reason="figure too high")
+    # A second dispute while the first is open joins it: nothing more is measured.
+    joined = report_dispute(actor=_actor("finance@acme.test"), report=report, reason="agree")
+    assert joined.reaudit_id == first.reaudit_id
+    new = _complete(first.reaudit, make_run, acme, seed=31)
+    # Neither the re-audit report nor the old one can be disputed into a second measurement.
+    for target in (new, report):
+        with pytest.raises(ReportRefused) as refused:
+            report_dispute(actor=_actor("owner@acme.test"), report=target, reason="still too high")
+        assert refused.value.code == "limit_reached" and "re-measures once" in refused.value.message
+    customer = {"HTTP_AUTHORIZATION": f"Bearer {make_key_for(acme, 'customer')}"}
+    response = client.post(f"/api/v1/reports/{new.pk}/disputes", {"reason": "again"},
+                           content_type="application/json", **customer)
+    assert response.status_code == 409 and response.json()["error"]["code"] == "limit_reached"
+    # Dyno's operator can still have it measured again.
+    assert reaudit_request(actor=_actor("staff@dyno.test"), report=new, reason="operator review").by_operator
+
+
+def make_key_for(org, scope: str) -> str:
+    from accounts.services import api_key_create
+
+    return api_key_create(organization=org, scope=scope, name=f"{scope}-key", operator=True)[1]
+
+
+def test_remeasurements_are_limited_per_contract_window(client, people, make_report, make_run, settings):
+    settings.DYNO_REAUDITS_PER_WINDOW = 2
+    acme = people["acme"]
+    reports = [make_report(acme, result=synthetic_result(seed=40 + i)) for i in range(4)]
+    auditor = _actor("auditor@audit.test")
+    done = reaudit_request(actor=auditor, report=reports[0], reason="one")
+    _complete(done, make_run, acme, seed=50)
+    failed = report_dispute(actor=_actor("owner@acme.test"), report=reports[1], reason="two")
+    assert reaudit_fail(request_id=failed.reaudit_id, error="no runner")  # measured nothing: not counted
+    reaudit_request(actor=auditor, report=reports[2], reason="three")  # open: counted
+    with pytest.raises(ReportRefused) as refused:
+        reaudit_request(actor=auditor, report=reports[3], reason="four")
+    assert refused.value.code == "limit_reached" and "re-measured 2 times in the last 30 days" in refused.value.message
+    with pytest.raises(ReportRefused):
+        report_dispute(actor=_actor("owner@acme.test"), report=reports[1], reason="two, again")
+    key = {"HTTP_AUTHORIZATION": f"Bearer {make_key_for(acme, 'auditor')}"}
+    response = client.post(f"/api/v1/reports/{reports[3].pk}/reaudit", {"reason": "four"},
+                           content_type="application/json", **key)
+    assert response.status_code == 409 and "Dyno's operator" in response.json()["error"]["message"]
+    # The operator is not counted, and joining the open request measures nothing new.
+    assert reaudit_request(actor=_actor("staff@dyno.test"), report=reports[3], reason="operator").by_operator
+    assert reaudit_request(actor=auditor, report=reports[2], reason="join").reason == "three"
+    # The window rolls: a month on, the organization's auditors may ask again.
+    with mock.patch("reports.services.timezone.now", return_value=timezone.now() + timedelta(days=31)):
+        assert reaudit_request(actor=auditor, report=reports[1], reason="next window").status == "requested"
+    assert ReauditRequest.objects.filter(organization=acme, by_operator=False).count() == 4
+
+
+def test_a_report_lists_the_auditors_the_operator_appointed(client, people, make_report):
+    from accounts.models import ApiKey
+    from accounts.services import AccountError, api_key_create, member_add
+
+    acme = people["acme"]
+    report = make_report(acme)
+    api_key_create(organization=acme, scope="auditor", name="audit-firm-ci", operator=True)
+    revoked, _ = api_key_create(organization=acme, scope="auditor", name="old-firm", operator=True)
+    ApiKey.objects.filter(pk=revoked.pk).update(revoked_at=timezone.now())
+    with pytest.raises(AccountError, match="granted by Dyno's operators"):
+        api_key_create(organization=acme, scope="auditor", name="self-appointed")
+    with pytest.raises(AccountError, match="appointed by Dyno's operators"):
+        member_add(organization=acme, email="friend@acme.test", role="auditor")
+    signed_in(client, "member@acme.test")
+    page = client.get(f"/reports/{report.pk}").content.decode()
+    assert "auditor@audit.test" in page and "audit-firm-ci" in page
+    assert "old-firm" not in page and "auditor@other.test" not in page  # revoked; another organization's
+    customer = {"HTTP_AUTHORIZATION": f"Bearer {make_key_for(acme, 'customer')}"}
+    listed = client.get("/api/v1/reports", **customer).json()["reports"][0]["auditors"]
+    assert [(a["kind"], a["label"].split(" ")[0]) for a in listed] == [("person", "auditor@audit.test"),
+                                                                        ("key", "audit-firm-ci")]
+
+
+def test_the_operator_appoints_auditors_who_are_not_the_customer(people):
+    from django.core.management import CommandError, call_command
+
+    from accounts.models import Membership
+
+    call_command("appoint_auditor", "acme", "Firm@Audit.test", stdout=StringIO())
+    assert Membership.objects.get(organization=people["acme"], user__username="firm@audit.test").role == "auditor"
+    with pytest.raises(CommandError, match="own people cannot audit"):
+        call_command("appoint_auditor", "acme", "finance@acme.test")
+    assert Membership.objects.get(organization=people["acme"], user__username="finance@acme.test").role == "finance"
+    with pytest.raises(CommandError, match="no organization"):
+        call_command("appoint_auditor", "nope", "x@y.test")
