@@ -134,7 +134,7 @@ def _step(worker: Worker, inputs: SharedInputs, slots: Sequence[int], *, base: i
     for index, slot in enumerate(slots):
         number = base + index + 1
         inputs.reveal(slot)
-        waited = worker.runqueue_wait_now() if discount else 0
+        waited = (worker.runqueue_wait_ns() or 0) if discount else 0
         announced = clock()  # before the store: the worker's clock may start the moment it lands
         inputs.announce(number)
         if index:
@@ -151,7 +151,7 @@ def _step(worker: Worker, inputs: SharedInputs, slots: Sequence[int], *, base: i
         steps.window_ns += seen - announced
         steps.windows.append(seen - announced)
         if discount:
-            steps.wait_ns += worker.runqueue_wait_now() - waited
+            steps.wait_ns += (worker.runqueue_wait_ns() or 0) - waited
         if index in snapshot:
             taken = []
             for address, span in done.outputs()[:outputs]:

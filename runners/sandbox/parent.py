@@ -259,34 +259,29 @@ class Worker:
             raise SandboxError("sandbox.protocol", f"worker {self.pid}: only {len(data)} of {nbytes} B readable at {address:#x}")
         return data
 
-    def runqueue_wait_now(self) -> int:
-        """Like `runqueue_wait_ns`, through a file kept open (one system call; read between the
-        calls of a stepped sample). 0 where the kernel keeps no scheduler statistics."""
+    def _main_thread_schedstat(self) -> tuple[int, int] | None:
+        """(CPU ns, run-queue wait ns) of the worker's main thread, the thread that runs the calls,
+        from /proc/PID/schedstat through a file kept open (one system call, cheap enough between
+        the calls of a stepped sample). Current while the thread is not running; None where the
+        kernel keeps no scheduler statistics."""
         try:
             if self._schedstat_fd is None:
                 self._schedstat_fd = os.open(f"/proc/{self.pid}/schedstat", os.O_RDONLY | os.O_CLOEXEC)
-            return int(os.pread(self._schedstat_fd, 128, 0).split()[1])
-        except (OSError, ValueError, IndexError):
-            return 0
-
-    def main_thread_cpu_ns(self) -> int:
-        """CPU time of the worker's main thread alone (the one that runs the calls), from its
-        scheduler statistics: current while the thread is not running (read it between requests)."""
-        try:
-            if self._schedstat_fd is None:
-                self._schedstat_fd = os.open(f"/proc/{self.pid}/schedstat", os.O_RDONLY | os.O_CLOEXEC)
-            return int(os.pread(self._schedstat_fd, 128, 0).split()[0])
-        except (OSError, ValueError, IndexError):
-            return 0
-
-    def runqueue_wait_ns(self) -> int | None:
-        """Nanoseconds the worker's main thread has spent runnable but waiting for a core, from
-        /proc/PID/schedstat (None where the kernel keeps no scheduler statistics)."""
-        try:
-            with open(f"/proc/{self.pid}/schedstat") as handle:
-                return int(handle.read().split()[1])
+            fields = os.pread(self._schedstat_fd, 128, 0).split()
+            return int(fields[0]), int(fields[1])
         except (OSError, ValueError, IndexError):
             return None
+
+    def main_thread_cpu_ns(self) -> int:
+        """CPU time of the worker's main thread alone (0 without scheduler statistics)."""
+        stat = self._main_thread_schedstat()
+        return stat[0] if stat else 0
+
+    def runqueue_wait_ns(self) -> int | None:
+        """Nanoseconds the worker's main thread has spent runnable but waiting for a core
+        (None without scheduler statistics)."""
+        stat = self._main_thread_schedstat()
+        return stat[1] if stat else None
 
     def cpus_widened(self) -> list[int]:
         """CPUs outside the sandbox's measurement cores that a thread of any process of this
