@@ -110,6 +110,9 @@ class OptimizationArtifact:
     verification: dict[str, Any] = field(default_factory=dict)
     estimates: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # The suite-workload kernels the run audited, by workload key: their source, verbatim. A
+    # re-audit replays exactly these (and this artifact) instead of tuning again.
+    audited: dict[str, str] = field(default_factory=dict)
     schema: str = ARTIFACT_SCHEMA
 
     def to_dict(self) -> dict[str, Any]:

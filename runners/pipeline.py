@@ -136,9 +136,16 @@ def model_figure(entries: list[dict[str, Any]], planned: list[PlannedWorkload], 
 
 def run_model_pipeline(model_dir: Path, *, batch: int, seq: int, profile: str, device: str,
                        tuning_cache: Path, progress: Progress, workload_limit: int = 6,
-                       tune_budget_s: float = 20.0) -> PipelineOutcome:
+                       tune_budget_s: float = 20.0, replay: dict[str, Any] | None = None) -> PipelineOutcome:
+    """Profile, optimize, audit: the whole measurement of one model run.
+
+    `replay` (a re-audit): the artifact of the run measured before. Nothing is tuned: the same
+    suite-workload kernels (its `audited` sources) and the same artifact are measured again on
+    this machine, and the outcome carries that artifact verbatim, so the new report is of the
+    same artifact (what a deployment is bound to). An older artifact without `audited` sources
+    has its workloads tuned again; the artifact itself is still the one replayed."""
     from optimizer.cache import JsonlTuningCache
-    from optimizer.model import optimize_model
+    from optimizer.model import OptimizationArtifact, optimize_model
     from runners.evaluate import audit_specs
     from runners.fingerprint import environment_fingerprint
     from runners.optimized import hardware_label, tune_specs
@@ -152,21 +159,35 @@ def run_model_pipeline(model_dir: Path, *, batch: int, seq: int, profile: str, d
     inventory = profile_model(model_dir, batch=batch, seq=seq, device=device, progress=part(_PROFILE, "profile"))
     seconds["profile"] = time.monotonic() - started
 
-    planned, unsupported = plan_workloads(inventory, profile=profile, limit=workload_limit)
+    replayed = dict((replay or {}).get("audited") or {})
+    if replayed:
+        planned, unsupported = _replay_plan(inventory, profile=profile, audited=replayed)
+    else:
+        planned, unsupported = plan_workloads(inventory, profile=profile, limit=workload_limit)
     timing = inventory.get("instrumented_time_s") or {}
     total = float(timing.get("classified", 0.0)) + float(timing.get("unclassified", 0.0))
     hardware = hardware_label(environment_fingerprint(device))
     optimize = part(_OPTIMIZE, "optimize")
     tuned_share = len(planned) / (len(planned) + 1)  # the last slot of the stage is the artifact's
     started = time.monotonic()
-    sources, records = tune_specs([w.spec for w in planned], device=device, cache_path=tuning_cache,
-                                  budget_s=tune_budget_s, hardware=hardware,
-                                  progress=lambda f, m: optimize(f * tuned_share, m))
-    tuning = [{"key": r.key, "candidate": r.candidate, "cache_hit": r.cache_hit, "seconds": r.seconds,
-               "trials": r.trials} for r in records]
-    artifact = optimize_model(model_dir, batch=batch, seq=seq, device=device, cache=JsonlTuningCache(tuning_cache),
-                              hardware=hardware)
-    optimize(1.0, f"optimization artifact: strategy {artifact.strategy}")
+    if replayed:
+        sources = {w.key: replayed[w.key] for w in planned}
+        tuning = [{"key": w.key, "candidate": "replayed from the re-audited run's artifact", "cache_hit": False,
+                   "seconds": 0.0, "trials": 0} for w in planned]
+    else:
+        sources, records = tune_specs([w.spec for w in planned], device=device, cache_path=tuning_cache,
+                                      budget_s=tune_budget_s, hardware=hardware,
+                                      progress=lambda f, m: optimize(f * tuned_share, m))
+        tuning = [{"key": r.key, "candidate": r.candidate, "cache_hit": r.cache_hit, "seconds": r.seconds,
+                   "trials": r.trials} for r in records]
+    if replay is not None:
+        artifact = OptimizationArtifact.from_dict(replay)
+        optimize(1.0, f"re-audit: replaying the artifact measured before (strategy {artifact.strategy})")
+    else:
+        artifact = optimize_model(model_dir, batch=batch, seq=seq, device=device,
+                                  cache=JsonlTuningCache(tuning_cache), hardware=hardware)
+        artifact.audited = {w.key: sources[w.key] for w in planned}
+        optimize(1.0, f"optimization artifact: strategy {artifact.strategy}")
     seconds["optimize"] = time.monotonic() - started
 
     started = time.monotonic()
@@ -180,8 +201,21 @@ def run_model_pipeline(model_dir: Path, *, batch: int, seq: int, profile: str, d
         model_dir, artifact, batch=batch, seq=seq, device=device, profile=profile,
         seed=int((result.get("protocol") or {}).get("seed") or secrets.randbits(62)), progress=part(_END_TO_END, "audit"))
     seconds["end_to_end"] = time.monotonic() - started
-    result["optimization"] = {"tuning": tuning, "seconds": seconds}
-    return PipelineOutcome(inventory=inventory, result=result, artifact=artifact.to_dict(), seconds=seconds)
+    result["optimization"] = {"tuning": tuning, "seconds": seconds, "replayed": replay is not None}
+    # A replay hands back the artifact it was given, byte for byte once canonical: same artifact, same hash.
+    stored = dict(replay) if replay is not None else artifact.to_dict()
+    return PipelineOutcome(inventory=inventory, result=result, artifact=stored, seconds=seconds)
+
+
+def _replay_plan(inventory: dict[str, Any], *, profile: str,
+                 audited: dict[str, str]) -> tuple[list[PlannedWorkload], list[Unsupported]]:
+    """The workloads the re-audited run audited, as this machine's profile sees them (their eager
+    times weight the model figure afresh); a key the profile no longer finds is left out (1x)."""
+    everything, unsupported = plan_workloads(inventory, profile=profile, limit=len(inventory.get("workloads", [])) + 1)
+    planned = [w for w in everything if w.key in audited]
+    unsupported += [Unsupported(w.spec.name, w.spec.shape, w.eager_time_s, "not audited by the re-audited run")
+                    for w in everything if w.key not in audited]
+    return planned, unsupported
 
 
 class _CallerAbort(Exception):

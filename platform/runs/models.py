@@ -47,6 +47,8 @@ class Run(models.Model):
     result = models.JSONField(null=True, blank=True)  # dyno.suite-result/1 plus the model-level figure
     artifact = models.JSONField(null=True, blank=True)  # dyno.optimization-artifact/1
     artifact_sha256 = models.CharField(max_length=64, blank=True)
+    # A re-audit's run: the run it measures again (a model run replays that run's artifact).
+    repeat_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="repeats")
     model_speedup = models.FloatField(null=True, blank=True)
     model_ci_low = models.FloatField(null=True, blank=True)
     model_ci_high = models.FloatField(null=True, blank=True)

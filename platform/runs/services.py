@@ -123,8 +123,8 @@ def audit_start(*, actor: Actor, organization_id: int, workload: str, source: st
 def run_repeat(*, run: Run, requested_by: str, why: str) -> Run:
     """A new queued run that measures again what `run` measured, on the runners serving now.
 
-    Same subject (the model version, or the workload and the candidate source verbatim), hardware
-    class, profile, batch and seq. The platform starts it for a request someone was already
+    Same subject (the model version and the artifact its run measured, replayed without tuning;
+    or the workload and the candidate source verbatim), hardware class, profile, batch and seq. The platform starts it for a request someone was already
     allowed to make (a re-audit), so no role is checked here.
     """
     if run.hardware not in settings.DYNO_HARDWARE_CLASSES:
@@ -135,7 +135,7 @@ def run_repeat(*, run: Run, requested_by: str, why: str) -> Run:
             organization_id=run.organization_id, kind=run.kind, model_version_id=run.model_version_id,
             workload=run.workload, candidate_source=run.candidate_source, candidate_sha256=run.candidate_sha256,
             hardware=run.hardware, profile=run.profile, batch=run.batch, seq=run.seq,
-            created_by=requested_by[:254])
+            created_by=requested_by[:254], repeat_of=run)
         run_log(repeat.pk, f"{why}: measures again what run {run.pk} measured, queued on {run.hardware} "
                            f"(profile {run.profile}, batch {run.batch}, seq {run.seq})")
         audit_record(action="run.repeated", organization_id=run.organization_id, target=f"run:{repeat.pk}",

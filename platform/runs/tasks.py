@@ -148,11 +148,13 @@ def _execute_model(run: Run, device: str, progress) -> dict:
     from catalog.services import version_path
     from runners.pipeline import run_model_pipeline
 
+    # A re-audit measures the artifact its original run measured, not whatever tuning picks today.
+    replay = run.repeat_of.artifact if run.repeat_of_id is not None else None
     outcome = run_model_pipeline(version_path(run.model_version), batch=run.batch, seq=run.seq,
                                  profile=run.profile, device=device, progress=progress,
                                  tuning_cache=Path(settings.DYNO_TUNING_CACHE),
                                  workload_limit=settings.DYNO_RUN_WORKLOAD_LIMIT,
-                                 tune_budget_s=settings.DYNO_TUNE_BUDGET_SECONDS)
+                                 tune_budget_s=settings.DYNO_TUNE_BUDGET_SECONDS, replay=replay)
     run_log(run.pk, "stage seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in outcome.seconds.items()))
     return {"inventory": outcome.inventory, "result": outcome.result, "artifact": outcome.artifact}
 

@@ -61,7 +61,7 @@ def _audit_run(org, result: dict | None = None, **fields) -> Run:
         verdict=result.get("verdict", ""), stable=True, **fields)
 
 
-def _model_run(org) -> Run:
+def _model_run(org, **fields) -> Run:
     from catalog.models import Model, ModelVersion
 
     model = Model.objects.create(organization=org, name="tiny")
@@ -70,7 +70,7 @@ def _model_run(org) -> Run:
                                           config={}, storage_dir="models/x", total_bytes=1)
     return Run.objects.create(organization=org, model_version=version, hardware="cpu", profile="cpu-ci", batch=2,
                               seq=16, status=Status.SUCCEEDED, stage=Stage.DONE, finished_at=FINISHED_AT,
-                              result=synthetic_result(), artifact_sha256="af" * 32)
+                              result=synthetic_result(), artifact_sha256="af" * 32, **fields)
 
 
 # --- the comparison (pure) ------------------------------------------------------------------------
@@ -145,6 +145,30 @@ def test_it_repeats_a_model_run_with_its_version_batch_and_seq(people, django_ca
         run = reaudit_dispatch(request_id=request.pk)
     assert (run.kind, run.model_version_id, run.batch, run.seq, run.hardware) == (
         "model", original.model_version_id, 2, 16, "cpu")
+    assert run.repeat_of_id == original.pk
+
+
+@pytest.mark.django_db
+def test_a_model_reaudit_replays_the_artifact_its_run_measured(people, django_capture_on_commit_callbacks,
+                                                               monkeypatch):
+    import runners.pipeline
+    from runs.tasks import _execute_model
+
+    artifact = {"schema": "dyno.optimization-artifact/1", "audited": {"rmsnorm-x": HONEST}}
+    original = _model_run(people, artifact=artifact)
+    report = report_create_for_run(run=original)
+    with django_capture_on_commit_callbacks(execute=False):
+        run = reaudit_dispatch(request_id=reaudit_request(actor=_auditor(people), report=report, reason="check").pk)
+    asked = {}
+
+    def pipeline(model_dir, **kwargs):
+        asked.update(kwargs)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(runners.pipeline, "run_model_pipeline", pipeline)
+    with pytest.raises(RuntimeError, match="stop here"):
+        _execute_model(Run.objects.get(pk=run.pk), "cpu", lambda *a: None)
+    assert asked["replay"] == artifact
 
 
 @pytest.mark.django_db(transaction=True)
