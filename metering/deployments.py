@@ -18,7 +18,7 @@ from metering.errors import BillingError
 from metering.models import Contract, Deployment, DeploymentReport
 from metering.periods import Period
 from metering.selectors import contract_in_force
-from reports.models import Report
+from reports.models import Dispute, Report
 
 
 def report_suite(report: Report) -> dict[str, Any]:
@@ -163,22 +163,40 @@ def deployments_follow_reaudit(*, report: Report, actor: Any = "system:reaudit")
     so the figure that bills follows the newest measurement with no one choosing.
 
     A re-audit that cannot bill (unstable, off the contract's plan, another artifact) moves nothing:
-    the deployment stays on the figure in force, and the audit log says why."""
+    the deployment stays on the figure in force, and the audit log says why.
+
+    A re-audit that answers a dispute and lowers the figure applies from the dispute's date
+    (usage during the dispute is billed at the lower figure; months already billed are not
+    re-priced); one that raises it applies from its own date only."""
     if report.supersedes_id is None:
         return []
+    relief_from = _dispute_relief_from(report)
     switched = []
     for deployment in Deployment.objects.filter(report_history__report_id=report.supersedes_id).distinct():
         current = deployment.report_history.order_by("-effective_from").first()
         if current is None or current.report_id != report.supersedes_id:
             continue
+        since, why = None, "re-audit report supersedes the report in force"
+        if relief_from is not None and relief_from > current.effective_from:
+            since, why = relief_from, "re-audit answering a dispute lowered the figure: applies from the dispute"
         try:
             switched.append(deployment_switch_report(actor=actor, deployment=deployment, report=report,
-                                                     reason="re-audit report supersedes the report in force"))
+                                                     effective_from=since, reason=why))
         except BillingError as exc:
             audit_record(action="deployment.reaudit_not_applied", actor=actor, organization_id=deployment.organization_id,
                          target=f"deployment:{deployment.pk}",
                          data={"report": str(report.pk), "code": exc.code, "message": exc.message[:500]})
     return switched
+
+
+def _dispute_relief_from(report: Report) -> datetime | None:
+    """When the re-audit `report` answers a dispute of the report it supersedes with a lower CI
+    bound: the first such dispute's date. Otherwise None (the new figure applies from its own date)."""
+    old = Report.objects.only("model_ci_low").get(pk=report.supersedes_id)
+    if report.model_ci_low is None or old.model_ci_low is None or report.model_ci_low >= old.model_ci_low:
+        return None
+    return (Dispute.objects.filter(report_id=report.supersedes_id, reaudit__result_report=report)
+            .order_by("created_at").values_list("created_at", flat=True).first())
 
 
 def deployment_data(deployment: Deployment) -> dict[str, Any]:

@@ -86,3 +86,25 @@ def test_it_refuses_to_deploy_an_unstable_report(make_org, make_contract, make_r
         make_deployment(org, make_report(org, ci_low="2.0", stable=False), name="free")
     assert refused.value.code == "report_unstable" and refused.value.status == 409
     assert not Deployment.objects.filter(name="free").exists()
+
+
+@pytest.mark.parametrize("ci_low, from_dispute", [("1.1", True), ("1.5", False)])
+def test_a_disputed_figure_lowered_by_its_reaudit_applies_from_the_dispute(
+        make_org, make_contract, make_report, make_deployment, billing_settings, ci_low, from_dispute):
+    from metering.deployments import deployments_follow_reaudit
+    from reports.models import Dispute, ReauditRequest
+
+    org = make_org("acme")
+    make_contract(org)
+    original = make_report(org, ci_low="1.3")
+    deployment = make_deployment(org, original, name="prod")
+    reaudit = make_report(org, ci_low=ci_low, supersedes=original)
+    request = ReauditRequest.objects.create(organization=org, report=original, requested_by="user:owner",
+                                            reason="dispute: too high", status="completed", result_report=reaudit)
+    dispute = Dispute.objects.create(organization=org, report=original, raised_by="user:owner", reason="too high",
+                                     reaudit=request, status="resolved", resolved_at=reaudit.created_at)
+    Dispute.objects.filter(pk=dispute.pk).update(created_at=at("2025-01-10 00:00"))
+    (switch,) = deployments_follow_reaudit(report=reaudit, actor="system:test")
+    # Lower: the customer was right from the day it disputed. Higher: no retroactive charge.
+    assert switch.effective_from == (at("2025-01-10 00:00") if from_dispute else reaudit.created_at)
+    assert deployment.report_history.count() == 2
