@@ -19,6 +19,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/cancel", views.run_cancel_view, name="run-cancel"),
     path("runs/<uuid:run_id>/result.json", views.run_result, name="run-result"),
     path("runs/<uuid:run_id>/artifact.json", views.run_artifact, name="run-artifact"),
+    path("runs/<uuid:run_id>/candidate.py", views.run_candidate, name="run-candidate"),
     path("audits/new", views.audit_new, name="audit-new"),
     path("fleet", views.fleet, name="fleet"),
     path("settings/api-keys", views.api_keys, name="api-keys"),

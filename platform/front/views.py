@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import logging
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import authenticate, login, logout
@@ -22,10 +25,20 @@ from catalog.services import NamedUpload, model_version_upload
 from catalog.validation import UploadRejected
 from fleet.models import Runner
 from fleet.services import queue_depths
-from runs.models import Run
+from runs.models import Run, RunKind
 from runs.selectors import run_get, run_list
-from runs.services import PROFILES, RunRejected, audit_start, run_cancel, run_cancel_refusal, run_start
+from runs.services import (
+    PROFILES,
+    RunRejected,
+    artifact_bytes,
+    audit_start,
+    run_cancel,
+    run_cancel_refusal,
+    run_start,
+)
 from runs.status import Status
+
+log = logging.getLogger(__name__)
 
 
 def _actor(request: HttpRequest) -> Actor:
@@ -172,12 +185,31 @@ def run_result(request: HttpRequest, run_id) -> HttpResponse:
 
 @login_required
 def run_artifact(request: HttpRequest, run_id) -> HttpResponse:
-    """The optimization artifact (dyno.optimization-artifact/1) a customer deploys with optimizer.apply."""
+    """The optimization artifact (dyno.optimization-artifact/1) a customer deploys with optimizer.apply,
+    as the bytes whose sha256 the run stored and its report signs (a report's recipe checks them)."""
     run = run_get(actor=_actor(request), run_id=run_id)
     if run.artifact is None:
         raise Http404("This run has no optimization artifact.")
-    response = JsonResponse(run.artifact, json_dumps_params={"indent": 1})
-    response["Content-Disposition"] = f'attachment; filename="dyno-artifact-{run.id}.json"'
+    body = artifact_bytes(run.artifact)
+    if hashlib.sha256(body).hexdigest() != run.artifact_sha256:
+        log.error("run %s: the stored artifact no longer hashes to its artifact_sha256 %s", run.pk, run.artifact_sha256)
+        return HttpResponse("This run's stored artifact does not match its signed hash; we have logged it.",
+                            status=500, content_type="text/plain; charset=utf-8")
+    return _download(body, "artifact.json", "application/json")
+
+
+@login_required
+def run_candidate(request: HttpRequest, run_id) -> HttpResponse:
+    """An audit's submitted candidate module, byte for byte (its sha256 is the run's and the report's)."""
+    run = run_get(actor=_actor(request), run_id=run_id)
+    if run.kind != RunKind.AUDIT:
+        raise Http404("Only the audit of a submitted candidate has a candidate module.")
+    return _download(run.candidate_source.encode("utf-8"), "candidate.py", "text/x-python; charset=utf-8")
+
+
+def _download(body: bytes, filename: str, content_type: str) -> HttpResponse:
+    response = HttpResponse(body, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
 
 

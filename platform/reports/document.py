@@ -8,6 +8,7 @@ always gives the same bytes. Money-relevant figures are decimal strings, never f
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
@@ -33,6 +34,13 @@ BILLING_RULE = (
     "A run whose A/A calibration is unstable bills nothing; a bound at or below 1 bills nothing; "
     "the contract's minimum speedup, price and share are applied by metering, not here."
 )
+
+# Where the platform serves what a recipe downloads (front:run-artifact, front:run-candidate,
+# reports:keys); tests/reports/test_reproduce.py follows these paths through the real views.
+ARTIFACT_URL = "/runs/{run_id}/artifact.json"
+CANDIDATE_URL = "/runs/{run_id}/candidate.py"
+KEYS_URL = "/.well-known/dyno-report-keys.json"
+COMPARE_COMMAND = "python -m runners compare-report report.json result.json"
 
 
 class NotBillable(StrEnum):
@@ -168,7 +176,7 @@ def report_body(*, kind: str, result: dict[str, Any], model: ModelFacts | None, 
         "environment": result.get("environment") or {},
         "contract_baseline": CONTRACT_BASELINE,
         "billing": billing_statement(result, figure),
-        "reproduce": reproduction(kind=kind, run=run, result=result),
+        "reproduce": reproduction(run=run, result=result, model=model),
         "supersedes": None,
         "result": result,
     }
@@ -233,22 +241,106 @@ def billing_statement(result: dict[str, Any], figure: ModelFigure | None = None)
     }
 
 
-def reproduction(*, kind: str, run: RunFacts, result: dict[str, Any]) -> dict[str, Any]:
-    """The commands that re-measure this report on the same hardware, and how to check it."""
-    profile = (result.get("suite") or {}).get("profile") or run.profile
-    command = "audit" if kind == "audit" else "suite"
-    steps = [
-        "sha256sum artifact.json  # must print " + (run.artifact_sha256 or "(no artifact: baseline only)"),
-        f"python -m runners {command} --profile {profile} --candidates artifact.json --out result.json",
-    ]
+def reproduction(*, run: RunFacts, result: dict[str, Any], model: ModelFacts | None) -> dict[str, Any]:
+    """The recipe that re-measures this report: files to download, then literal shell lines run
+    from the root of a Dyno clone, ending with `compare-report` against this report's intervals.
+
+    A model run re-runs its whole-model audit (`model-audit`) on the downloaded artifact; the audit
+    of a submitted candidate re-runs `audit` on the downloaded module. Same profile, device, shape
+    and seed as the report measured.
+    """
+    recipe = _Recipe(run, result)
+    commands = recipe.candidate_commands() if model is None else recipe.model_commands(model)
     return {
         "hardware": run.hardware,
-        "commands": steps,
-        "verify_signature": "python -m runners.signature verify report.json report.sig.json "
+        "workdir": "the root of a Dyno clone with its environment installed (make install, then "
+                   ". .venv/bin/activate), holding the files below under these names",
+        "files": recipe.files,
+        "commands": commands,
+        "verify_signature": "python -m runners.signature verify report.json signature.json "
                             "--keys dyno-report-keys.json",
-        "note": "Run on hardware matching `environment` (device, driver, torch, triton). Timings vary "
-                "between machines; the speedup should fall inside this report's 95% interval.",
+        "note": " ".join(recipe.notes),
     }
+
+
+class _Recipe:
+    """One report's recipe as it is built: the files it downloads and the notes it adds."""
+
+    def __init__(self, run: RunFacts, result: dict[str, Any]) -> None:
+        self.run = run
+        self.result = result
+        self.seed = (result.get("protocol") or {}).get("seed")
+        self.files: list[dict[str, Any]] = [
+            _file("report.json", "this report's 'Report (JSON, as signed)' download"),
+            _file("signature.json", "this report's 'Signature' download"),
+            _file("dyno-report-keys.json", "the platform's public keys", url=KEYS_URL),
+        ]
+        self.notes = ["Run on hardware matching `environment` (device, driver, torch, triton); timings vary "
+                      "between machines. A measuring command exits 1 when its verdict is rejected and still "
+                      "writes result.json. compare-report exits 0 when every figure agrees (the same verdict, "
+                      "and the reproduced speedup inside this report's 95% interval) and 1 when one differs."]
+        if self.seed is None:
+            self.notes.append("The run recorded no seed: the reproduction draws fresh inputs.")
+
+    def candidate_commands(self) -> list[str]:
+        candidate = self.result.get("candidate") or {}
+        digest, workload = candidate.get("source_sha256"), candidate.get("workload")
+        if not digest or not workload:
+            self.notes.append("The result does not name its candidate module: this report cannot be reproduced.")
+            return []
+        self.files.insert(0, _file("candidate.py", "the run page's 'candidate module' download",
+                                   url=CANDIDATE_URL.format(run_id=self.run.run_id), sha256=digest))
+        return [
+            _checksum_line([(digest, "candidate.py")]),
+            self._command("audit", ("--workload", workload), ("--candidate", "candidate.py")),
+            COMPARE_COMMAND,
+        ]
+
+    def model_commands(self, model: ModelFacts) -> list[str]:
+        digest = self.run.artifact_sha256
+        if not digest:
+            self.notes.append("The run stored no optimization artifact: this report cannot be reproduced.")
+            return []
+        self.files[:0] = [
+            _file("artifact.json", "the run page's 'optimization artifact' download",
+                  url=ARTIFACT_URL.format(run_id=self.run.run_id), sha256=digest),
+            _file("model/", "your copy of the measured model version: the files under model_version.files, "
+                            "same paths"),
+        ]
+        self.notes.append("model-audit re-measures the whole forward pass (result.model.end_to_end); the billed "
+                          "model figure is weighted from the per-workload audits, whose tuned kernels no "
+                          "download carries.")
+        checks = [_checksum_line([(digest, "artifact.json")])]
+        if model.files:
+            checks.append(_checksum_line([(f.sha256, f"model/{f.path}") for f in model.files]))
+        return [
+            *checks,
+            self._command("model-audit", ("--model", "model"), ("--artifact", "artifact.json"),
+                          ("--batch", self.run.batch), ("--seq", self.run.seq)),
+            COMPARE_COMMAND,
+        ]
+
+    def _command(self, name: str, *options: tuple[str, Any]) -> str:
+        """`python -m runners NAME` with the options, then the report's profile, device and seed."""
+        profile = (self.result.get("suite") or {}).get("profile") or self.run.profile
+        end_to_end = (self.result.get("model") or {}).get("end_to_end") or {}
+        device = end_to_end.get("device") or (self.result.get("environment") or {}).get("device")
+        words = ["python", "-m", "runners", name]
+        for flag, value in (*options, ("--profile", profile), ("--device", device), ("--seed", self.seed),
+                            ("--json", "result.json")):
+            if value is not None:
+                words += [flag, str(value)]
+        return shlex.join(words)
+
+
+def _file(name: str, how: str, *, url: str | None = None, sha256: str | None = None) -> dict[str, Any]:
+    return {"name": name, "url": url, "how": how, "sha256": sha256}
+
+
+def _checksum_line(entries: list[tuple[str, str]]) -> str:
+    """`sha256sum -c` over the listed files: prints `NAME: OK` per file, fails on any other bytes."""
+    pairs = " ".join(f"{shlex.quote(digest)} {shlex.quote(name)}" for digest, name in entries)
+    return f"printf '%s  %s\\n' {pairs} | sha256sum -c -"
 
 
 def _check_result(result: Any) -> None:

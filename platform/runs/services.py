@@ -213,6 +213,12 @@ def _workload_rows(run_id, result: dict[str, Any], weights: dict[str, tuple[int,
     return rows
 
 
+def artifact_bytes(artifact: dict[str, Any]) -> bytes:
+    """The bytes of an artifact that its `artifact_sha256` hashes and its download serves: sorted
+    keys, no whitespace (what a report's recipe checks with sha256sum)."""
+    return json.dumps(artifact, sort_keys=True, separators=(",", ":")).encode()
+
+
 def run_succeed(*, run_id, worker: str, inventory: dict[str, Any] | None = None,
                 result: dict[str, Any] | None = None, artifact: dict[str, Any] | None = None) -> bool:
     """Store everything a run produced and finish, in one transaction: all at once or not at all.
@@ -226,8 +232,7 @@ def run_succeed(*, run_id, worker: str, inventory: dict[str, Any] | None = None,
         fields["inventory"] = inventory
     if artifact is not None:
         fields["artifact"] = artifact
-        fields["artifact_sha256"] = hashlib.sha256(
-            json.dumps(artifact, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+        fields["artifact_sha256"] = hashlib.sha256(artifact_bytes(artifact)).hexdigest()
     if result is not None:
         model = result.get("model") or {}
         ci = model.get("ci95") or [None, None]

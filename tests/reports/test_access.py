@@ -95,7 +95,8 @@ def test_the_report_page_shows_the_figures_and_serves_plotly_locally(client, peo
     signed_in(client, "member@acme.test")
     page = client.get(f"/reports/{report.pk}").content.decode()
     for text in ("llama-tiny v1", "1.2200x", "signature valid", "torch.compile", "rmsnorm", "id=\"report-charts\"",
-                 "python -m runners suite --profile cpu-ci", "AMD EPYC 9454"):
+                 "python -m runners model-audit --model model --artifact artifact.json", "AMD EPYC 9454",
+                 f'href="/runs/{report.run_id}/artifact.json"'):
         assert text in page, text
     assert "cdn" not in page.lower()
     import plotly

@@ -64,8 +64,49 @@ def test_it_carries_what_a_verifier_needs():
     assert body["artifact_sha256"] == "af" * 32
     assert body["environment"]["torch"] == "2.13.0"
     assert "eager PyTorch" in body["contract_baseline"]
-    assert any("python -m runners suite --profile cpu-ci --candidates" in c for c in body["reproduce"]["commands"])
     assert body["result"]["workloads"][0]["baseline"]["samples_s"]
+
+
+def test_it_prints_a_model_runs_recipe_as_literal_commands():
+    recipe = body_for(synthetic_result())["reproduce"]
+    files = {f["name"]: f for f in recipe["files"]}
+    assert files["artifact.json"] == {"name": "artifact.json", "url": "/runs/r-1/artifact.json",
+                                      "how": "the run page's 'optimization artifact' download", "sha256": "af" * 32}
+    assert {"model/", "report.json", "signature.json", "dyno-report-keys.json"} <= set(files)
+    assert recipe["commands"] == [
+        f"printf '%s  %s\\n' {'af' * 32} artifact.json | sha256sum -c -",
+        f"printf '%s  %s\\n' {'c0' * 32} model/config.json | sha256sum -c -",
+        "python -m runners model-audit --model model --artifact artifact.json --batch 1 --seq 32 --profile cpu-ci "
+        "--device cpu --seed 1234 --json result.json",
+        "python -m runners compare-report report.json result.json",
+    ]
+    assert recipe["verify_signature"] == ("python -m runners.signature verify report.json signature.json "
+                                          "--keys dyno-report-keys.json")
+    assert "billed model figure" in recipe["note"]
+
+
+def test_it_prints_a_candidate_audits_recipe_with_the_candidate_download():
+    result = {**synthetic_result(verdict="accepted"),
+              "candidate": {"label": "mine.py", "workload": "rmsnorm", "source_sha256": "c4" * 32}}
+    recipe = report_body(kind="audit", result=result, model=None, run=RUN, organization="acme")["reproduce"]
+    assert recipe["files"][0] == {"name": "candidate.py", "url": "/runs/r-1/candidate.py",
+                                  "how": "the run page's 'candidate module' download", "sha256": "c4" * 32}
+    assert recipe["commands"] == [
+        f"printf '%s  %s\\n' {'c4' * 32} candidate.py | sha256sum -c -",
+        "python -m runners audit --workload rmsnorm --candidate candidate.py --profile cpu-ci --device cpu "
+        "--seed 1234 --json result.json",
+        "python -m runners compare-report report.json result.json",
+    ]
+
+
+def test_it_quotes_file_names_and_says_when_no_seed_was_recorded():
+    files = (ModelFile(path="my weights.safetensors", size=5, sha256="5e" * 32),)
+    model = ModelFacts(**{**MODEL.__dict__, "files": files})
+    result = synthetic_result()
+    del result["protocol"]["seed"]
+    recipe = report_body(kind="run", result=result, model=model, run=RUN)["reproduce"]
+    assert f"{'5e' * 32} 'model/my weights.safetensors' | sha256sum -c -" in recipe["commands"][1]
+    assert "--seed" not in recipe["commands"][2] and "draws fresh inputs" in recipe["note"]
 
 
 def test_it_refuses_a_result_that_is_not_a_suite_result():
