@@ -27,6 +27,7 @@ from metering.exports import FORMATS, export_filename, invoice_export, revenue_s
 from metering.invoices import credit_note_issue, invoice_finalize, invoice_void
 from metering.models import BillingRun, InvoiceStatus
 from metering.periods import Period
+from metering.preview import invoice_preview, invoice_preview_all
 from metering.selectors import (
     BillingAccess, billing_access, contract_get, contract_list, deployment_get, deployment_list, invoice_get,
     invoice_list,
@@ -262,3 +263,23 @@ def revenue_share_view(request: HttpRequest) -> HttpResponse:
         raise ApiError(400, "invalid_format", "format is csv or xlsx.")
     period = _period(request.GET.get("period"))
     return _download(revenue_share_export(period, fmt), fmt, f"revenue-share-{period}.{fmt}")
+
+
+@api_endpoint(methods=("GET",), scopes=READERS)
+@_billing_errors
+def invoice_preview_view(request: HttpRequest) -> JsonResponse:
+    """The open month's upcoming invoice, computed now and stored nowhere: a customer's keys see
+    their own organization's, the billing operator's finance keys every organization's (or one,
+    with ?organization=slug)."""
+    access = billing_access(request.actor)
+    slug = request.GET.get("organization", "").strip()
+    if access.operator:
+        preview = (invoice_preview(organization=get_object_or_404(Organization, slug=slug)) if slug
+                   else invoice_preview_all(access=access))
+    else:
+        own = organization_for_actor(request.actor)
+        if slug and slug != own.slug:
+            raise ApiError(404, "not_found", f"No organization {slug[:60]!r} among those this key reads; leave out "
+                                             "?organization to preview your own.")
+        preview = invoice_preview(organization=own)
+    return JsonResponse(preview.as_dict())

@@ -8,6 +8,12 @@ usage of a billed month falls to the next run and becomes an adjustment line the
 the database clock minus a margin longer than any ingestion transaction can stay open, so
 everything received before it is committed and visible. Rerunning a period returns the run that
 exists (the period is unique, and every row of a run is written once).
+
+Voiding an invoice releases its usage (it keeps its number and lines): the next run aggregates
+the released claims again beside its own and bills them as lines of their months on its invoice,
+or `invoices.invoice_reissue` bills them at once on a corrective invoice of the void one's run; a
+Reissue row records where, so released usage is billed again exactly once. A month's cap counts
+what non-void invoices billed for it, net of credit notes, so a void frees its share of the cap.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ from metering import fees
 from metering.contracts import ContractTerms, terms_of
 from metering.errors import BillingError
 from metering.models import (
-    BillingRecord, BillingRun, Contract, Deployment, DeploymentReport, Invoice, InvoiceLine, LineKind, RecordKind,
+    BillingRecord, BillingRun, Contract, CreditNoteLine, Deployment, DeploymentReport, Invoice, InvoiceLine,
+    InvoiceStatus, LineKind, RecordKind, Reissue,
 )
 from metering.periods import Period
 from metering.usage import HOURS_QUANTUM, STATEMENT_TIMEOUT_MS
@@ -40,7 +47,8 @@ from reports.models import Report
 log = logging.getLogger(__name__)
 
 DEFAULT_CUTOFF_MARGIN_SECONDS = 300
-# pg_advisory_xact_lock key that serializes billing runs (any constant unique in this database).
+# pg_advisory_xact_lock key that serializes billing runs with the invoice changes that move a
+# month's cap (void, reissue, credit notes); any constant unique in this database.
 _RUN_LOCK = 0x6D657465  # "mete"
 _EXACT_PLACES = 24  # models.EXACT
 _UNBILLED_SHOWN = 100
@@ -52,6 +60,15 @@ def cutoff_margin() -> timedelta:
         log.warning("DYNO_BILLING_CUTOFF_MARGIN_SECONDS=%s is under four ingestion statement timeouts; a slow "
                     "insert could commit behind a cutoff and never be billed", seconds)
     return timedelta(seconds=seconds)
+
+
+def billing_lock() -> None:
+    """Wait for any billing run, and keep runs out, until the caller's transaction ends. A run's
+    cap headroom (and reconcile's recomputation of it, by timestamps) then sees a void, reissue or
+    credit note wholly before or wholly after that run."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_RUN_LOCK])
 
 
 # --- the pure part: groups in, planned invoices out -------------------------------------------
@@ -66,6 +83,21 @@ class UsageGroup:
     usage_period: Period
     hours: Decimal
     events: int
+    again: tuple[str, ...] = ()  # numbers of the void invoices whose usage this group bills again
+
+
+def merge_groups(groups: Iterable[UsageGroup]) -> list[UsageGroup]:
+    """One group per deployment, report and month: a run's own claim and released usage of the
+    same segment become one line (a run bills a segment once)."""
+    merged: dict[tuple[str, str, Period], UsageGroup] = {}
+    for group in groups:
+        key = (group.deployment_id, group.report_id, group.usage_period)
+        seen = merged.get(key)
+        merged[key] = group if seen is None else UsageGroup(
+            deployment_id=group.deployment_id, report_id=group.report_id, usage_period=group.usage_period,
+            hours=seen.hours + group.hours, events=seen.events + group.events,
+            again=tuple(sorted(set(seen.again) | set(group.again))))
+    return list(merged.values())
 
 
 @dataclass(frozen=True)
@@ -216,10 +248,12 @@ SELECT e.deployment_id, s.report_id, {month} AS usage_month, SUM(e.gpu_hours), C
 FROM metering_usageevent e
 JOIN spans s ON s.deployment_id = e.deployment_id AND e.occurred_at >= s.effective_from
             AND (s.effective_to IS NULL OR e.occurred_at < s.effective_to)
-WHERE e.occurred_at < %(end)s AND e.received_at < %(cutoff)s {not_claimed_before}
+WHERE e.occurred_at < %(end)s AND e.received_at < %(cutoff)s {not_claimed_before} {one_claim}
 GROUP BY 1, 2, 3
 """
 _NOT_CLAIMED_BEFORE = "AND (e.occurred_at >= %(previous_end)s OR e.received_at >= %(previous_cutoff)s)"
+_ONE_CLAIM = ("AND e.organization_id = %(organization)s AND e.occurred_at >= %(month_start)s "
+              "AND e.occurred_at < %(month_end)s")
 
 
 def _as_period(value: Any) -> Period:
@@ -238,19 +272,69 @@ def _as_id(value: Any) -> str:
     return text
 
 
-def aggregate_usage(*, period: Period, cutoff: datetime, previous: BillingRun | None) -> list[UsageGroup]:
-    """The events this run claims, summed per deployment, report segment and usage month, in SQL."""
+def aggregate_usage(*, period: Period, cutoff: datetime, previous: BillingRun | None,
+                    claim: Claim | None = None, again: tuple[str, ...] = ()) -> list[UsageGroup]:
+    """The events this run claims (or only those of `claim`: one organization's usage month),
+    summed per deployment, report segment and usage month, in SQL."""
     vendor = connection.vendor
     if vendor not in _MONTH_SQL:
         raise BillingError("unsupported_database", f"billing runs support PostgreSQL and SQLite, not {vendor}.")
-    sql = _AGGREGATE_SQL.format(month=_MONTH_SQL[vendor], not_claimed_before=_NOT_CLAIMED_BEFORE if previous else "")
+    sql = _AGGREGATE_SQL.format(month=_MONTH_SQL[vendor], not_claimed_before=_NOT_CLAIMED_BEFORE if previous else "",
+                                one_claim=_ONE_CLAIM if claim else "")
     params: dict[str, Any] = {"end": period.end, "cutoff": cutoff}
     if previous is not None:
         params.update(previous_end=Period.of(previous.period).end, previous_cutoff=previous.cutoff)
+    if claim is not None:
+        params.update(organization=claim.organization_id, month_start=claim.usage_period.start,
+                      month_end=claim.usage_period.end)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return [UsageGroup(deployment_id=_as_id(d), report_id=_as_id(r), usage_period=_as_period(m),
-                           hours=_as_hours(h), events=int(n)) for d, r, m, h, n in cursor.fetchall()]
+                           hours=_as_hours(h), events=int(n), again=again) for d, r, m, h, n in cursor.fetchall()]
+
+
+@dataclass(frozen=True, order=True)
+class Claim:
+    """What one run claimed of one organization's usage in one month."""
+
+    run_id: str
+    organization_id: int
+    usage_period: Period
+
+
+def invoice_usage(invoice: Invoice) -> set[Claim]:
+    """The usage `invoice` billed: its run's claim of its organization in each usage month of its
+    lines, and the usage of every void invoice billed again on it (and so on back)."""
+    claims: set[Claim] = set()
+    pending, seen = [invoice], set()
+    while pending:
+        current = pending.pop()
+        if current.pk in seen:
+            continue
+        seen.add(current.pk)
+        claims |= {Claim(str(current.run_id), current.organization_id, Period.of(month))
+                   for month in current.lines.values_list("usage_period", flat=True).distinct()}
+        pending += [reissue.voided for reissue in current.reissues.select_related("voided")]
+    return claims
+
+
+def released_invoices() -> list[Invoice]:
+    """Void invoices whose usage no invoice bills again yet, oldest void first."""
+    return list(Invoice.objects.filter(status=InvoiceStatus.VOID, reissue__isnull=True)
+                .select_related("run").order_by("voided_at", "pk"))
+
+
+def released_usage(voided: Invoice) -> list[UsageGroup]:
+    """The usage a void invoice billed, aggregated again from the events, claim by claim."""
+    claims = sorted(invoice_usage(voided))
+    runs = {str(run.pk): run for run in BillingRun.objects.filter(pk__in={c.run_id for c in claims})
+            .select_related("previous")}
+    groups: list[UsageGroup] = []
+    for claim in claims:
+        run = runs[claim.run_id]
+        groups += aggregate_usage(period=Period.of(run.period), cutoff=run.cutoff, previous=run.previous,
+                                  claim=claim, again=(str(voided),))
+    return groups
 
 
 def _facts(groups: Sequence[UsageGroup], period: Period):
@@ -272,12 +356,25 @@ def _facts(groups: Sequence[UsageGroup], period: Period):
     contracts: dict[int, list[ContractFacts]] = defaultdict(list)
     for contract in Contract.objects.filter(organization_id__in=org_ids).order_by("effective_from"):
         contracts[contract.organization_id].append(contract_facts(contract))
-    earlier = {g.usage_period.first_day for g in groups if g.usage_period != period}
-    billed_before = {
-        (row["invoice__organization_id"], Period.of(row["usage_period"])): row["total"]
-        for row in InvoiceLine.objects.filter(invoice__organization_id__in=org_ids, usage_period__in=earlier)
-        .values("invoice__organization_id", "usage_period").annotate(total=Sum("fee"))}
+    billed_before = cap_used(organization_ids=org_ids, months={g.usage_period for g in groups})
     return deployments, reports, contracts, billed_before
+
+
+def cap_used(*, organization_ids: Iterable[int], months: Iterable[Period]) -> dict[tuple[int, Period], Decimal]:
+    """What earlier invoices billed per organization and usage month, as caps count it: lines of
+    non-void invoices (drafts too: they will be owed), less the credit notes on those lines."""
+    lines = InvoiceLine.objects.filter(invoice__organization_id__in=set(organization_ids),
+                                       usage_period__in={month.first_day for month in months}) \
+        .exclude(invoice__status=InvoiceStatus.VOID)
+    used: dict[tuple[int, Period], Decimal] = defaultdict(Decimal)
+    for row in lines.values("invoice__organization_id", "usage_period").annotate(total=Sum("fee")):
+        used[(row["invoice__organization_id"], Period.of(row["usage_period"]))] += row["total"]
+    for row in (CreditNoteLine.objects.filter(invoice_line__in=lines)
+                .values("invoice_line__invoice__organization_id", "invoice_line__usage_period")
+                .annotate(total=Sum("amount"))):
+        used[(row["invoice_line__invoice__organization_id"], Period.of(row["invoice_line__usage_period"]))] -= \
+            row["total"]
+    return dict(used)
 
 
 def contract_facts(contract: Contract) -> ContractFacts:
@@ -307,6 +404,35 @@ def _check_order(period: Period, latest: BillingRun | None) -> None:
                                                        f"{latest_period.next()} first.", status=409)
 
 
+@dataclass(frozen=True)
+class PeriodPlan:
+    """What a run of a period would invoice, read and priced but not stored: billing_run_create
+    stores it, the upcoming-invoice preview (preview.py) shows it."""
+
+    groups: list[UsageGroup]
+    deployments: Mapping[str, DeploymentFacts]
+    reports: Mapping[str, ReportFacts]
+    plan: BillingPlan
+    released: tuple[Invoice, ...] = ()  # void invoices whose usage this plan bills again
+
+
+def plan_period(*, period: Period, cutoff: datetime, previous: BillingRun | None) -> PeriodPlan:
+    """The events a run of `period` with `cutoff` after `previous` claims, and the usage every
+    void invoice released, priced. Reads only."""
+    released = released_invoices()
+    groups = aggregate_usage(period=period, cutoff=cutoff, previous=previous)
+    for voided in released:
+        groups += released_usage(voided)
+    return _priced(period=period, groups=merge_groups(groups), released=tuple(released))
+
+
+def _priced(*, period: Period, groups: list[UsageGroup], released: tuple[Invoice, ...] = ()) -> PeriodPlan:
+    deployments, reports, contracts, billed_before = _facts(groups, period)
+    plan = plan_invoices(period=period, groups=groups, deployments=deployments, reports=reports,
+                         contracts=contracts, billed_before=billed_before)
+    return PeriodPlan(groups=groups, deployments=deployments, reports=reports, plan=plan, released=released)
+
+
 def billing_run_create(*, period: Period, actor: Any = None, cutoff: datetime | None = None) -> tuple[BillingRun, bool]:
     """Bill `period` once: (the run, True) when this call made it, (the existing run, False) when
     the period was billed before. Refused before the period has ended (plus the cutoff margin)
@@ -317,9 +443,7 @@ def billing_run_create(*, period: Period, actor: Any = None, cutoff: datetime | 
     started = time.monotonic()
     try:
         with transaction.atomic():
-            if connection.vendor == "postgresql":
-                with connection.cursor() as cursor:
-                    cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_RUN_LOCK])
+            billing_lock()
             existing = BillingRun.objects.filter(period=period.first_day).first()
             if existing is not None:
                 return existing, False
@@ -335,12 +459,9 @@ def billing_run_create(*, period: Period, actor: Any = None, cutoff: datetime | 
             if latest is not None and cutoff <= latest.cutoff:
                 raise BillingError("invalid_cutoff", f"the cutoff must follow the previous run's "
                                                      f"({latest.cutoff.isoformat()}).")
-            groups = aggregate_usage(period=period, cutoff=cutoff, previous=latest)
-            deployments, reports, contracts, billed_before = _facts(groups, period)
-            plan = plan_invoices(period=period, groups=groups, deployments=deployments, reports=reports,
-                                 contracts=contracts, billed_before=billed_before)
-            run = _store(period=period, cutoff=cutoff, previous=latest, plan=plan, groups=groups,
-                         deployments=deployments, reports=reports, actor=actor, started=started)
+            planned = plan_period(period=period, cutoff=cutoff, previous=latest)
+            run = _store(period=period, cutoff=cutoff, previous=latest, planned=planned, actor=actor,
+                         started=started)
     except IntegrityError:
         # Another process billed the period between our check and insert (no advisory lock on SQLite).
         existing = BillingRun.objects.filter(period=period.first_day).first()
@@ -362,17 +483,63 @@ def _describe(planned: PlannedLine, deployments: Mapping[str, DeploymentFacts], 
     if planned.kind == LineKind.CAP:
         return f"Monthly cap for {planned.usage_period}: fees above {planned.contract.terms.monthly_cap} " \
                f"{line.currency} are not charged"
-    deployment = deployments[planned.group.deployment_id]  # type: ignore[union-attr]
-    report = reports[planned.group.report_id]  # type: ignore[union-attr]
-    span = planned.span
+    group, span = planned.group, planned.span
+    assert group is not None and span is not None, "a usage line has its group and span"
+    deployment, report = deployments[group.deployment_id], reports[group.report_id]
     prefix = "" if planned.usage_period == period else f"Late usage of {planned.usage_period}: "
-    return (f"{prefix}{deployment.name} on {deployment.hardware}, {span.start:%Y-%m-%d %H:%M}"  # type: ignore[union-attr]
-            f" to {span.end:%Y-%m-%d %H:%M} UTC, report {report.sha256[:12]}")  # type: ignore[union-attr]
+    if group.again:
+        prefix = f"Usage of {planned.usage_period} billed again (void {', '.join(group.again)}): "
+    return (f"{prefix}{deployment.name} on {deployment.hardware}, {span.start:%Y-%m-%d %H:%M}"
+            f" to {span.end:%Y-%m-%d %H:%M} UTC, report {report.sha256[:12]}")
 
 
-def _store(*, period: Period, cutoff: datetime, previous: BillingRun | None, plan: BillingPlan,
-           groups: Sequence[UsageGroup], deployments: Mapping[str, DeploymentFacts],
-           reports: Mapping[str, ReportFacts], actor: Any, started: float) -> BillingRun:
+def _rows(*, run: BillingRun, invoice: Invoice, planned_invoice: PlannedInvoice, planned: PeriodPlan, period: Period,
+          reissue: Reissue | None = None) -> tuple[list[BillingRecord], list[InvoiceLine]]:
+    """The billing records and lines of one planned invoice, unsaved."""
+    records: list[BillingRecord] = []
+    lines: list[InvoiceLine] = []
+    for position, planned_line in enumerate(planned_invoice.lines, start=1):
+        line = planned_line.line
+        record = None
+        group, span = planned_line.group, planned_line.span
+        if group is not None and span is not None:
+            report = planned.reports[group.report_id]
+            record = BillingRecord(
+                run=run, organization_id=planned_invoice.organization_id, contract_id=planned_line.contract.id,
+                deployment_id=group.deployment_id, report_id=group.report_id, report_sha256=report.sha256,
+                report_key_id=report.key_id, report_signature=report.signature,
+                kind=RecordKind.USAGE if planned_line.kind == LineKind.USAGE else RecordKind.ADJUSTMENT,
+                usage_period=planned_line.usage_period.first_day, span_start=span.start, span_end=span.end,
+                hardware=planned.deployments[group.deployment_id].hardware,
+                events=group.events, hours=line.hours, ci_low=report.ci_low, stable=report.stable,
+                speedup=line.speedup, saved_hours=_fits(line.saved_hours, "saved hours"),
+                price_per_hour=line.price_per_hour, share=line.share,
+                savings_exact=_fits(line.savings_exact, "savings"), fee_exact=_fits(line.fee_exact, "fee"),
+                savings=line.savings, fee=line.fee, currency=line.currency, rounding=line.rounding,
+                reason=line.reason.value if line.reason else "", reissue=reissue)
+            records.append(record)
+        lines.append(InvoiceLine(
+            invoice=invoice, position=position, kind=planned_line.kind, record=record,
+            usage_period=planned_line.usage_period.first_day,
+            description=_describe(planned_line, planned.deployments, planned.reports, period)[:300], hours=line.hours,
+            speedup=line.speedup, saved_hours=_fits(line.saved_hours, "saved hours"),
+            price_per_hour=line.price_per_hour, share=line.share, savings=line.savings, fee=line.fee,
+            reason=line.reason.value if line.reason else ""))
+    return records, lines
+
+
+def _save_rows(records: list[BillingRecord], lines: list[InvoiceLine]) -> None:
+    """Records first, then lines pointed at the primary keys bulk_create gave (invoices saved already)."""
+    BillingRecord.objects.bulk_create(records, batch_size=2000)
+    for line in lines:
+        line.invoice_id = line.invoice.pk
+        line.record_id = line.record.pk if line.record is not None else None
+    InvoiceLine.objects.bulk_create(lines, batch_size=2000)
+
+
+def _store(*, period: Period, cutoff: datetime, previous: BillingRun | None, planned: PeriodPlan, actor: Any,
+           started: float) -> BillingRun:
+    plan, groups = planned.plan, planned.groups
     totals: dict[str, Decimal] = defaultdict(Decimal)
     for invoice in plan.invoices:
         totals[invoice.currency] += invoice.total
@@ -384,51 +551,53 @@ def _store(*, period: Period, cutoff: datetime, previous: BillingRun | None, pla
         "unbilled_count": len(plan.unbilled),
         "unbilled": [{"deployment": u.deployment_id, "usage_period": u.usage_period.name, "hours": str(u.hours),
                       "reason": u.reason} for u in plan.unbilled[:_UNBILLED_SHOWN]],
+        "reissued": [str(voided) for voided in planned.released],
     }
     label = actor_label(actor)
     run = BillingRun.objects.create(period=period.first_day, cutoff=cutoff, previous=previous, created_by=label,
                                     summary=summary)
     records: list[BillingRecord] = []
-    invoices: list[Invoice] = []
+    invoices: dict[tuple[int, str], Invoice] = {}
     lines: list[InvoiceLine] = []
     for planned_invoice in plan.invoices:
         invoice = Invoice(organization_id=planned_invoice.organization_id, run=run, period=period.first_day,
                           currency=planned_invoice.currency, total=planned_invoice.total)
-        invoices.append(invoice)
-        for position, planned in enumerate(planned_invoice.lines, start=1):
-            line = planned.line
-            record = None
-            if planned.group is not None:
-                group, report = planned.group, reports[planned.group.report_id]
-                record = BillingRecord(
-                    run=run, organization_id=planned_invoice.organization_id, contract_id=planned.contract.id,
-                    deployment_id=group.deployment_id, report_id=group.report_id, report_sha256=report.sha256,
-                    report_key_id=report.key_id, report_signature=report.signature,
-                    kind=RecordKind.USAGE if planned.kind == LineKind.USAGE else RecordKind.ADJUSTMENT,
-                    usage_period=planned.usage_period.first_day, span_start=planned.span.start,  # type: ignore[union-attr]
-                    span_end=planned.span.end, hardware=deployments[group.deployment_id].hardware,  # type: ignore[union-attr]
-                    events=group.events, hours=line.hours, ci_low=report.ci_low, stable=report.stable,
-                    speedup=line.speedup, saved_hours=_fits(line.saved_hours, "saved hours"),
-                    price_per_hour=line.price_per_hour, share=line.share,
-                    savings_exact=_fits(line.savings_exact, "savings"), fee_exact=_fits(line.fee_exact, "fee"),
-                    savings=line.savings, fee=line.fee, currency=line.currency, rounding=line.rounding,
-                    reason=line.reason.value if line.reason else "")
-                records.append(record)
-            lines.append(InvoiceLine(
-                invoice=invoice, position=position, kind=planned.kind, record=record,
-                usage_period=planned.usage_period.first_day,
-                description=_describe(planned, deployments, reports, period)[:300], hours=line.hours,
-                speedup=line.speedup, saved_hours=_fits(line.saved_hours, "saved hours"),
-                price_per_hour=line.price_per_hour, share=line.share, savings=line.savings, fee=line.fee,
-                reason=line.reason.value if line.reason else ""))
-    BillingRecord.objects.bulk_create(records, batch_size=2000)
-    Invoice.objects.bulk_create(invoices, batch_size=2000)
-    for line in lines:  # bulk_create assigned the primary keys; point the lines at them
-        line.invoice_id = line.invoice.pk
-        line.record_id = line.record.pk if line.record is not None else None
-    InvoiceLine.objects.bulk_create(lines, batch_size=2000)
+        invoices[(planned_invoice.organization_id, planned_invoice.currency)] = invoice
+        more_records, more_lines = _rows(run=run, invoice=invoice, planned_invoice=planned_invoice, planned=planned,
+                                         period=period)
+        records += more_records
+        lines += more_lines
+    Invoice.objects.bulk_create(list(invoices.values()), batch_size=2000)
+    _save_rows(records, lines)
+    for voided in planned.released:
+        target = invoices.get((voided.organization_id, voided.currency))
+        if target is None:
+            raise AssertionError(f"run {period}: the released usage of void invoice {voided} ({voided.pk}) planned "
+                                 f"no {voided.currency} invoice for organization {voided.organization_id}")
+        Reissue.objects.create(voided=voided, invoice=target, created_by=label)
     audit_record(action="billing.run", actor=actor, target=f"billing-run:{period.name}",
                  data={**{key: summary[key] for key in ("period", "cutoff", "invoices", "records", "events", "hours",
-                                                        "totals", "unbilled_count")},
+                                                        "totals", "unbilled_count", "reissued")},
                        "seconds": round(time.monotonic() - started, 3)})
     return run
+
+
+def invoice_rebill(*, voided: Invoice, actor: Any) -> Invoice:
+    """Bill a void invoice's released usage again at once, on a corrective draft invoice of the
+    same run, organization and currency, with its Reissue row. The caller holds `billing_lock`
+    and the void invoice's row lock, in its transaction (invoices.invoice_reissue)."""
+    run = voided.run
+    period = Period.of(run.period)
+    planned = _priced(period=period, groups=merge_groups(released_usage(voided)))
+    if [(i.organization_id, i.currency) for i in planned.plan.invoices] != [(voided.organization_id,
+                                                                              voided.currency)]:
+        raise AssertionError(f"void invoice {voided} ({voided.pk}) billed {voided.currency} to organization "
+                             f"{voided.organization_id}; its usage now plans "
+                             f"{[(i.organization_id, i.currency) for i in planned.plan.invoices]}")
+    planned_invoice = planned.plan.invoices[0]
+    invoice = Invoice.objects.create(organization_id=voided.organization_id, run=run, period=run.period,
+                                     currency=voided.currency, total=planned_invoice.total)
+    reissue = Reissue.objects.create(voided=voided, invoice=invoice, created_by=actor_label(actor))
+    _save_rows(*_rows(run=run, invoice=invoice, planned_invoice=planned_invoice, planned=planned, period=period,
+                      reissue=reissue))
+    return invoice

@@ -1,6 +1,7 @@
 """The revenue dashboard (finance: by month, customer and hardware class) and the savings
 dashboard (a customer: savings, fees and saved hours by month and deployment) as plotly figures,
-over finalized invoices only (drafts are not revenue yet, void ones never are).
+over finalized invoices only (drafts are not revenue yet, void ones never are). Revenue is
+selectors.revenue_lines, net of credit notes, as in the revenue-share export and the invoice list.
 
 Charts draw floats, so amounts become floats here and only here; the tables beside the charts
 show the exact decimals.
@@ -17,9 +18,9 @@ from typing import Any
 import plotly.graph_objects as go
 from django.db.models import Sum
 
-from metering.models import BillingRecord, CreditNote, Invoice, InvoiceLine, InvoiceStatus
+from metering.models import BillingRecord, InvoiceStatus
 from metering.periods import Period
-from metering.selectors import BillingAccess
+from metering.selectors import BillingAccess, revenue_lines, revenue_totals
 
 LAYOUT = {"margin": {"l": 60, "r": 20, "t": 40, "b": 50}, "height": 340, "barmode": "relative",
           "legend": {"orientation": "h"}, "font": {"family": "system-ui, sans-serif", "size": 12}}
@@ -42,16 +43,8 @@ def _float(value: Decimal | None) -> float:
 
 
 def revenue_by_month(access: BillingAccess) -> tuple[Chart, list[dict[str, Any]]]:
-    invoiced = (Invoice.objects.filter(access.org_filter(), status=InvoiceStatus.FINALIZED)
-                .values("period", "currency").annotate(total=Sum("total")).order_by("period", "currency"))
-    credited = {(row["invoice__period"], row["currency"]): row["total"] for row in
-                CreditNote.objects.filter(access.org_filter(), invoice__status=InvoiceStatus.FINALIZED)
-                .values("invoice__period", "currency")
-                .annotate(total=Sum("total"))}
-    table = [{"period": Period.of(row["period"]).name, "currency": row["currency"], "invoiced": row["total"],
-              "credited": credited.get((row["period"], row["currency"]), Decimal(0))} for row in invoiced]
-    for row in table:
-        row["net"] = row["invoiced"] - row["credited"]
+    table = [{**row, "period": Period.of(row["invoice__period"]).name}
+             for row in revenue_totals(revenue_lines(access=access), "invoice__period")]
     traces = []
     for currency in sorted({row["currency"] for row in table}):
         rows = [row for row in table if row["currency"] == currency]
@@ -64,32 +57,31 @@ def revenue_by_month(access: BillingAccess) -> tuple[Chart, list[dict[str, Any]]
 
 
 def revenue_by_customer(access: BillingAccess, *, top: int = 15) -> tuple[Chart, list[dict[str, Any]]]:
-    rows = list(Invoice.objects.filter(access.org_filter(), status=InvoiceStatus.FINALIZED)
-                .values("organization__slug", "currency").annotate(total=Sum("total"))
-                .order_by("-total")[:top])
+    rows = sorted(revenue_totals(revenue_lines(access=access), "invoice__organization__slug"),
+                  key=lambda row: (-row["net"], row["invoice__organization__slug"]))[:top]
     traces = []
     for currency in sorted({row["currency"] for row in rows}):
         mine = [row for row in rows if row["currency"] == currency][::-1]
-        traces.append(go.Bar(name=currency, orientation="h", y=[r["organization__slug"] for r in mine],
-                             x=[_float(r["total"]) for r in mine]))
-    table = [{"organization": r["organization__slug"], "currency": r["currency"], "total": r["total"]} for r in rows]
-    return _chart("revenue-by-customer", f"Revenue by customer (top {top})", traces), table
+        traces.append(go.Bar(name=currency, orientation="h", y=[r["invoice__organization__slug"] for r in mine],
+                             x=[_float(r["net"]) for r in mine]))
+    table = [{"organization": r["invoice__organization__slug"], **r} for r in rows]
+    return _chart("revenue-by-customer", f"Net revenue by customer (top {top})", traces), table
 
 
 def revenue_by_hardware(access: BillingAccess) -> tuple[Chart, list[dict[str, Any]]]:
-    rows = list(InvoiceLine.objects.filter(access.org_filter("invoice__organization_id"), record__isnull=False,
-                                           invoice__status=InvoiceStatus.FINALIZED)
-                .values("invoice__period", "record__hardware", "invoice__currency")
-                .annotate(fee=Sum("fee"), saved=Sum("saved_hours")).order_by("invoice__period"))
+    rows = revenue_totals(revenue_lines(access=access), "invoice__period", "record__hardware")
     series: dict[tuple[str, str], dict[str, Decimal]] = defaultdict(dict)
+    table = []
     for row in rows:
-        series[(row["record__hardware"], row["invoice__currency"])][Period.of(row["invoice__period"]).name] = row["fee"]
+        # Cap lines carry no record: they show as their own (negative) class.
+        hardware = row["record__hardware"] or "monthly cap"
+        period = Period.of(row["invoice__period"]).name
+        series[(hardware, row["currency"])][period] = row["net"]
+        table.append({**row, "period": period, "hardware": hardware})
     traces = [go.Bar(name=f"{hardware} ({currency})", x=list(points), y=[_float(v) for v in points.values()])
               for (hardware, currency), points in sorted(series.items())]
-    table = [{"period": Period.of(r["invoice__period"]).name, "hardware": r["record__hardware"],
-              "currency": r["invoice__currency"], "fees": r["fee"]} for r in rows]
-    return _chart("revenue-by-hardware", "Fees by hardware class (before caps)", traces,
-                  xaxis={"type": "category"}, barmode="stack"), table
+    return _chart("revenue-by-hardware", "Net revenue by hardware class (caps as their own class)", traces,
+                  xaxis={"type": "category"}, barmode="relative"), table
 
 
 def savings_by_month(org_ids: frozenset[int]) -> tuple[list[Chart], list[dict[str, Any]]]:

@@ -1,10 +1,10 @@
 """Finance exports: one invoice as CSV, XLSX or PDF, and a period's revenue-share summary as CSV
-or XLSX. Amounts are exact decimals (never floats) and every line names its signed report."""
+or XLSX. Amounts are exact decimals (never floats) and every line names its signed report. The
+summary counts revenue as the dashboard and the invoice list do (selectors.revenue_lines)."""
 
 from __future__ import annotations
 
 import io
-from collections import defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -15,8 +15,9 @@ from django.db.models import Sum
 from django.template.loader import render_to_string
 
 from metering.invoices import credited_by_line, invoice_balance, money, plain
-from metering.models import Invoice, InvoiceLine, InvoiceStatus
+from metering.models import Invoice, InvoiceStatus
 from metering.periods import Period
+from metering.selectors import EVERY_ORGANIZATION, revenue_lines, revenue_totals
 
 FORMATS = {
     "csv": "text/csv; charset=utf-8",
@@ -134,28 +135,32 @@ def invoice_export(invoice: Invoice, fmt: str) -> bytes:
 
 
 REVENUE_COLUMNS = ("organization", "invoice", "status", "currency", "hardware", "kind", "hours", "saved_hours",
-                   "savings", "revenue")
+                   "savings", "revenue", "credited", "net")
 
 
 def revenue_share_table(period: Period) -> Table:
-    """Per organization, invoice, hardware class and line kind: what the period's run billed.
-    Void invoices are listed and left out of the per-currency totals at the end."""
+    """Per organization, finalized invoice, hardware class and line kind: what the period's
+    invoices billed, what credit notes took off, and the net; then the net per currency. Drafts
+    (not owed yet) and void invoices (never owed) are left out, as on the revenue dashboard."""
     rows: list[tuple[Any, ...]] = []
-    totals: dict[str, Decimal] = defaultdict(Decimal)
-    grouped = (InvoiceLine.objects.filter(invoice__period=period.first_day)
-               .values("invoice__organization__slug", "invoice__number", "invoice__id", "invoice__status",
-                       "invoice__currency", "record__hardware", "kind")
-               .annotate(hours=Sum("hours"), saved=Sum("saved_hours"), savings=Sum("savings"), fee=Sum("fee"))
-               .order_by("invoice__organization__slug", "invoice__currency", "record__hardware", "kind"))
+    lines = revenue_lines(access=EVERY_ORGANIZATION, period=period.first_day)
+    grouped = (lines.values("invoice__organization__slug", "invoice__number", "invoice__status", "invoice__currency",
+                            "record__hardware", "kind")
+               .annotate(hours=Sum("hours"), saved=Sum("saved_hours"), savings=Sum("savings"), fee=Sum("fee"),
+                         credited_sum=Sum("credited"))
+               .order_by("invoice__organization__slug", "invoice__currency", "invoice__number", "record__hardware",
+                         "kind"))
     for row in grouped:
         currency = row["invoice__currency"]
-        rows.append((row["invoice__organization__slug"], row["invoice__number"] or f"draft {str(row['invoice__id'])[:8]}",
-                     row["invoice__status"], currency, row["record__hardware"] or "", row["kind"], row["hours"],
-                     Decimal(plain(row["saved"])), _money(row["savings"], currency), _money(row["fee"], currency)))
-        if row["invoice__status"] != InvoiceStatus.VOID:
-            totals[currency] += row["fee"]
-    for currency, total in sorted(totals.items()):
-        rows.append(("total", "", "not void", currency, "", "", "", "", "", _money(total, currency)))
+        rows.append((row["invoice__organization__slug"], row["invoice__number"], row["invoice__status"], currency,
+                     row["record__hardware"] or "", row["kind"], row["hours"], Decimal(plain(row["saved"])),
+                     _money(row["savings"], currency), _money(row["fee"], currency),
+                     _money(row["credited_sum"], currency), _money(row["fee"] - row["credited_sum"], currency)))
+    for total in revenue_totals(lines, "invoice__currency"):
+        currency = total["currency"]
+        rows.append(("total", "", "finalized, net of credit notes", currency, "", "", "", "", "",
+                     _money(total["invoiced"], currency), _money(total["credited"], currency),
+                     _money(total["net"], currency)))
     return Table(REVENUE_COLUMNS, tuple(rows))
 
 

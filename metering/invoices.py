@@ -1,6 +1,10 @@
-"""Invoice life: finalize (the next gapless number of the year), void, and credit notes that
+"""Invoice life: finalize (the next gapless number of the year), void (which releases the usage for
+billing again), reissue (void and bill again at once, on a new number) and credit notes that
 correct finalized lines in full or in part. Every transition is a conditional UPDATE under a
-row lock, recorded in the audit log; PostgreSQL refuses anything else (migration 0002)."""
+row lock, recorded in the audit log; PostgreSQL refuses anything else (migrations 0002, 0003).
+
+Void, reissue and credit notes change what a month's cap has left, so they take the billing lock
+first (billing.billing_lock), then the invoice's row lock: a billing run sees them wholly or not."""
 
 from __future__ import annotations
 
@@ -15,9 +19,11 @@ from django.utils import timezone
 
 from auditlog.services import actor_label, audit_record
 from metering import fees
+from metering.billing import billing_lock, invoice_rebill
 from metering.errors import BillingError
 from metering.models import (
     INVOICE_TRANSITIONS, CreditNote, CreditNoteLine, CreditReason, DocumentCounter, Invoice, InvoiceStatus, LineKind,
+    Reissue,
 )
 
 INVOICE_SERIES = "INV"
@@ -71,21 +77,62 @@ def invoice_finalize(*, invoice: Invoice, actor: Any, now: datetime | None = Non
 
 
 def invoice_void(*, invoice: Invoice, actor: Any, reason: str) -> Invoice:
-    """Finalized -> void: the invoice is not owed; it keeps its number so the series stays gapless."""
+    """Finalized -> void: the invoice is not owed; it keeps its number and lines so the series
+    stays gapless and auditable, and its usage is released: the next billing run bills it again
+    (or `invoice_reissue` does at once)."""
+    reason = _void_reason(reason)
+    with transaction.atomic():
+        billing_lock()
+        _void(_lock(invoice, to=InvoiceStatus.VOID), actor=actor, reason=reason)
+    invoice.refresh_from_db()
+    return invoice
+
+
+def _void_reason(reason: str) -> str:
     reason = (reason or "").strip()
     if not reason:
         raise BillingError("missing_field", "say why the invoice is void (it is kept, with its reason, for audit).")
+    return reason
+
+
+def _void(locked: Invoice, *, actor: Any, reason: str) -> None:
+    if locked.credit_notes.exists():
+        raise BillingError("invoice_credited", f"invoice {locked} has credit notes; credit the rest instead of "
+                                               "voiding it.", status=409)
+    changed = Invoice.objects.filter(pk=locked.pk, status=InvoiceStatus.FINALIZED).update(
+        status=InvoiceStatus.VOID, voided_at=timezone.now(), voided_by=actor_label(actor), void_reason=reason)
+    if changed != 1:
+        raise AssertionError(f"invoice {locked.pk} was locked as finalized but did not update")
+    audit_record(action="invoice.voided", actor=actor, organization_id=locked.organization_id,
+                 target=f"invoice:{locked.pk}", data={"number": locked.number, "reason": reason})
+
+
+def invoice_reissue(*, invoice: Invoice, actor: Any, reason: str = "") -> Invoice:
+    """Void a finalized invoice and bill its usage again at once, in one transaction: a corrective
+    invoice of the same run, recomputed from the usage events with the caps as they now stand,
+    finalized with the next number. A void invoice whose usage no invoice billed again yet is
+    billed the same way (no reason needed). Returns the corrective invoice."""
     with transaction.atomic():
-        locked = _lock(invoice, to=InvoiceStatus.VOID)
-        if locked.credit_notes.exists():
-            raise BillingError("invoice_credited", f"invoice {locked} has credit notes; credit the rest instead of "
-                                                   "voiding it.", status=409)
-        Invoice.objects.filter(pk=locked.pk, status=InvoiceStatus.FINALIZED).update(
-            status=InvoiceStatus.VOID, voided_at=timezone.now(), voided_by=actor_label(actor), void_reason=reason)
-        audit_record(action="invoice.voided", actor=actor, organization_id=locked.organization_id,
-                     target=f"invoice:{locked.pk}", data={"number": locked.number, "reason": reason})
-    invoice.refresh_from_db()
-    return invoice
+        billing_lock()
+        locked = Invoice.objects.select_for_update().get(pk=invoice.pk)
+        if locked.status == InvoiceStatus.FINALIZED:
+            _void(locked, actor=actor, reason=_void_reason(reason))
+            locked.refresh_from_db()
+        elif locked.status == InvoiceStatus.DRAFT:
+            raise BillingError("invalid_transition", f"invoice {locked} is a draft: nothing is owed on it yet; "
+                                                     "finalize it, or correct the data before the next run.",
+                               status=409)
+        else:
+            again = Reissue.objects.filter(voided=locked).select_related("invoice").first()
+            if again is not None:
+                raise BillingError("already_reissued", f"the usage of void invoice {locked} is billed again on "
+                                                       f"invoice {again.invoice} already.", status=409)
+        corrective = invoice_finalize(invoice=invoice_rebill(voided=locked, actor=actor), actor=actor)
+        audit_record(action="invoice.reissued", actor=actor, organization_id=locked.organization_id,
+                     target=f"invoice:{locked.pk}",
+                     data={"voided": locked.number, "corrective": corrective.number, "total": str(corrective.total),
+                           "voided_total": str(locked.total), "currency": locked.currency})
+    return corrective
 
 
 def credited_by_line(invoice: Invoice) -> dict[int, Decimal]:
@@ -136,6 +183,7 @@ def credit_note_issue(*, invoice: Invoice, actor: Any, reason_code: str, memo: s
         raise BillingError("invalid_field", f"reason_code {reason_code!r} is unknown; use one of "
                                             f"{', '.join(CreditReason.values)}.")
     with transaction.atomic():
+        billing_lock()
         locked = Invoice.objects.select_for_update().get(pk=invoice.pk)
         if locked.status != InvoiceStatus.FINALIZED:
             raise BillingError("invalid_transition", f"invoice {locked} is {locked.status}; only finalized invoices "

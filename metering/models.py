@@ -1,11 +1,11 @@
 """Tables of the metering app: contracts, deployments and their report history, usage events,
-billing runs and records, invoices with their lines, credit notes and the document counters.
+billing runs and records, invoices with their lines, credit notes, reissues and the document counters.
 
-What must never change is refused by PostgreSQL itself (migration 0002): usage events and report
-history are append-only, billing records, invoice lines and credit notes are written once, a
-contract version in force keeps its terms, and an invoice only ever moves draft -> finalized ->
-void. Money is Decimal: quantities to 6 places, rounded money to 3 (the widest minor unit we
-invoice in), exact intermediate amounts to 24 (the product of four 6-place factors).
+What must never change is refused by PostgreSQL itself (migrations 0002 and 0003): usage events
+and report history are append-only, billing records, invoice lines, credit notes and reissues are
+written once, a contract version in force keeps its terms, and an invoice only ever moves draft ->
+finalized -> void. Money is Decimal: quantities to 6 places, rounded money to 3 (the widest minor
+unit we invoice in), exact intermediate amounts to 24 (the product of four 6-place factors).
 """
 
 from __future__ import annotations
@@ -200,13 +200,19 @@ class BillingRecord(models.Model):
     currency = models.CharField(max_length=3)
     rounding = models.CharField(max_length=16)
     reason = models.CharField(max_length=32, blank=True)
+    # Set on the records of a corrective invoice (invoice_reissue); None for a run's own records.
+    reissue = models.ForeignKey("Reissue", null=True, blank=True, on_delete=models.PROTECT, related_name="records")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["run_id", "usage_period", "deployment_id", "span_start"]
         constraints = [
+            # A run bills each segment once; a corrective invoice made in the same run (a reissue)
+            # bills it once more, under its Reissue row.
             models.UniqueConstraint(fields=["run", "deployment", "report", "usage_period"],
-                                    name="billing_record_once_per_run"),
+                                    condition=Q(reissue__isnull=True), name="billing_record_once_per_run"),
+            models.UniqueConstraint(fields=["reissue", "deployment", "report", "usage_period"],
+                                    condition=Q(reissue__isnull=False), name="billing_record_once_per_reissue"),
             models.CheckConstraint(condition=Q(hours__gte=0) & Q(fee__gte=0) & Q(savings__gte=0),
                                    name="billing_record_not_negative"),
             models.CheckConstraint(condition=Q(kind__in=RecordKind.values), name="billing_record_kind_known"),
@@ -229,7 +235,8 @@ INVOICE_TRANSITIONS: dict[str, tuple[str, ...]] = {
 
 class Invoice(models.Model):
     """One organization's bill from one run, in one currency. Its lines are fixed at creation;
-    finalizing gives it the next gapless number of its year; voiding keeps the number."""
+    finalizing gives it the next gapless number of its year; voiding keeps the number and lines
+    and releases its usage, which is billed again once (see Reissue)."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="invoices")
@@ -251,7 +258,9 @@ class Invoice(models.Model):
         # Staff with this permission bill every customer organization (selectors.billing_access).
         permissions = [("bill_customers", "Can run billing and finalize invoices for every organization")]
         constraints = [
-            models.UniqueConstraint(fields=["run", "organization", "currency"], name="invoice_once_per_run"),
+            # A void invoice and the corrective invoice that bills its usage again share a run.
+            models.UniqueConstraint(fields=["run", "organization", "currency"],
+                                    condition=~Q(status=InvoiceStatus.VOID), name="invoice_once_per_run"),
             models.CheckConstraint(condition=Q(status__in=InvoiceStatus.values), name="invoice_status_known"),
             models.CheckConstraint(
                 condition=(Q(status=InvoiceStatus.DRAFT, number__isnull=True, finalized_at__isnull=True)
@@ -354,6 +363,27 @@ class CreditNoteLine(models.Model):
             models.UniqueConstraint(fields=["credit_note", "invoice_line"], name="credit_line_once_per_note"),
             models.CheckConstraint(condition=~Q(amount=0), name="credit_line_not_zero"),
         ]
+
+
+class Reissue(models.Model):
+    """A void invoice's usage, billed again once: on `invoice`, either the invoice of a later
+    billing run (the run picks released usage up) or a corrective invoice of the same run made at
+    once (invoices.invoice_reissue). A void invoice without one has its usage released, waiting."""
+
+    id = models.BigAutoField(primary_key=True)
+    voided = models.OneToOneField(Invoice, on_delete=models.PROTECT, related_name="reissue")
+    invoice = models.ForeignKey(Invoice, on_delete=models.PROTECT, related_name="reissues")
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=254, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.CheckConstraint(condition=~Q(voided=models.F("invoice")), name="reissue_on_another_invoice"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.voided_id} billed again on {self.invoice_id}"
 
 
 class DocumentCounter(models.Model):

@@ -123,6 +123,15 @@ def metering_paths() -> dict[str, Any]:
                 {"name": "period", "in": "query", "required": True, "schema": PERIOD},
                 {"name": "format", "in": "query", "schema": {"enum": ["csv", "xlsx"], "default": "csv"}}],
             "responses": {"200": {"description": "the file"}, **_errors(400, 401, 403)}}},
+        "/invoices/preview": {"get": {
+            "summary": "What the open month would be invoiced if it ended now, by the billing run's own rules "
+                       "(lines with the speedup S used, hours and fee; the cap; the total). Stores nothing. A "
+                       "customer's key sees its own organization; the billing operator's finance keys see every "
+                       "organization, or one with ?organization",
+            "parameters": [{"name": "organization", "in": "query", "schema": {"type": "string"},
+                            "description": "slug; another organization than a customer key's own is a 404"}],
+            "responses": {"200": _json(_ref("InvoicePreview"), "the upcoming invoices"),
+                          **_errors(401, 403, 404, 409)}}},
     }
 
 
@@ -187,4 +196,27 @@ def metering_schemas() -> dict[str, Any]:
             "memo": {"type": "string"}, "full": {"type": "boolean"}, "total": MONEY,
             "lines": {"type": "array", "items": {"type": "object", "properties": {
                 "invoice_line": {"type": "integer"}, "amount": MONEY}}}}},
+        "InvoicePreview": {"type": "object", "properties": {
+            "period": PERIOD, "as_of": {"type": "string", "format": "date-time",
+                                        "description": "usage received before this moment is counted"},
+            "previous_run": {**PERIOD, "type": ["string", "null"],
+                             "description": "the billed month whose run this one follows; null while the "
+                                            "previous month is unbilled (its run takes all earlier usage)"},
+            "invoices": {"type": "array", "items": {"type": "object", "properties": {
+                "organization": {"type": "string"}, "currency": {"type": "string"},
+                "monthly_cap": {**MONEY, "type": ["string", "null"]},
+                "cap_applied": {**MONEY, "description": "the cap lines' sum, zero or negative"}, "total": MONEY,
+                "lines": {"type": "array", "items": _ref("PreviewLine")}}}},
+            "unbilled": {"type": "array", "items": {"type": "object", "properties": {
+                "deployment": uuid, "usage_period": PERIOD, "hours": MONEY,
+                "reason": {"enum": ["no_contract", "hardware_not_priced"]}}}}}},
+        "PreviewLine": {"type": "object", "properties": {
+            "position": {"type": "integer"}, "kind": {"enum": ["usage", "adjustment", "cap"]},
+            "usage_period": PERIOD, "description": {"type": "string"},
+            "deployment": {**uuid, "type": ["string", "null"]}, "deployment_name": {"type": ["string", "null"]},
+            "hardware": {"type": ["string", "null"]}, "report": {**uuid, "type": ["string", "null"]},
+            "report_sha256": {"type": ["string", "null"]}, "ci_low": {**MONEY, "type": ["string", "null"]},
+            "speedup": {**MONEY, "description": "S billed: the report's CI lower bound, or 1 with a reason"},
+            "hours": MONEY, "saved_hours": MONEY, "price_per_hour": MONEY, "share": MONEY, "savings": MONEY,
+            "fee": MONEY, "reason": {"type": ["string", "null"]}}},
     }

@@ -6,20 +6,29 @@ users given the permission `metering.bill_customers` (superusers have it), membe
 organization's API keys of scope `finance`. A customer organization's own people (owner, member,
 finance) and keys (customer, finance) read its own invoices, deployments and contracts only;
 auditors read reports, not money. Customers see invoices once finalized. Anything outside what an actor may read is a 404.
+
+Revenue has one definition, `revenue_lines`: the lines of finalized invoices, net of the credit
+notes on them. The revenue dashboard, the revenue-share export and the invoice list's totals all
+sum it, so they agree to the cent.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date
+from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
-from django.db.models import Q, QuerySet
+from django.db.models import DecimalField, F, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
 from django.shortcuts import get_object_or_404
 
 from accounts.models import Organization, Role, Scope
 from accounts.selectors import Actor
-from metering.models import BillingRun, Contract, Deployment, Invoice, InvoiceStatus
+from metering.models import (
+    MONEY, BillingRun, Contract, CreditNote, CreditNoteLine, Deployment, Invoice, InvoiceLine, InvoiceStatus,
+)
 
 BILL_PERMISSION = "metering.bill_customers"
 # Roles (web) and scopes (API keys) that read their own organization's billing.
@@ -44,6 +53,10 @@ def operator_organization_id() -> int | None:
     if not slug:
         return None
     return Organization.objects.filter(slug=slug).values_list("id", flat=True).first()
+
+
+# The platform's own reads across every organization (finance exports).
+EVERY_ORGANIZATION = BillingAccess(operator=True, org_ids=frozenset(), label="system:finance")
 
 
 def billing_access(actor: Actor) -> BillingAccess:
@@ -99,10 +112,53 @@ def _invoices(access: BillingAccess) -> QuerySet[Invoice]:
     return invoices if access.operator else invoices.exclude(status=InvoiceStatus.DRAFT)
 
 
+def _money_or_zero(subquery: QuerySet) -> Coalesce:
+    return Coalesce(Subquery(subquery), Value(Decimal(0)), output_field=DecimalField(**MONEY))
+
+
+def _credited_invoice() -> Coalesce:
+    return _money_or_zero(CreditNote.objects.filter(invoice=OuterRef("pk")).order_by()
+                          .values("invoice").annotate(total=Sum("total")).values("total"))
+
+
+def _credited_line() -> Coalesce:
+    return _money_or_zero(CreditNoteLine.objects.filter(invoice_line=OuterRef("pk")).order_by()
+                          .values("invoice_line").annotate(total=Sum("amount")).values("total"))
+
+
+def revenue_lines(*, access: BillingAccess, period: date | None = None, organization: str = "",
+                  currency: str = "") -> QuerySet[InvoiceLine]:
+    """The lines that are revenue: every line of a finalized invoice (a draft is not owed yet, a
+    void invoice never is), with `credited` (what credit notes took off it) and `net`."""
+    lines = InvoiceLine.objects.filter(access.org_filter("invoice__organization_id"),
+                                       invoice__status=InvoiceStatus.FINALIZED)
+    if period is not None:
+        lines = lines.filter(invoice__period=period)
+    if organization:
+        lines = lines.filter(invoice__organization__slug=organization)
+    if currency:
+        lines = lines.filter(invoice__currency=currency.upper())
+    return lines.annotate(credited=_credited_line()).annotate(net=F("fee") - F("credited"))
+
+
+def revenue_totals(lines: QuerySet[InvoiceLine], *by: str) -> list[dict[str, Any]]:
+    """`invoiced` (line fees, cap lines included), `credited` and `net` of revenue lines, per value
+    of the fields `by` (always with the currency: amounts of two currencies never add)."""
+    fields = (*by, "invoice__currency") if "invoice__currency" not in by else by
+    rows = list(lines.values(*fields).annotate(invoiced=Sum("fee"), credited_sum=Sum("credited"))
+                .order_by(*fields))
+    for row in rows:
+        row["currency"] = row["invoice__currency"]
+        row["credited"] = row.pop("credited_sum")
+        row["net"] = row["invoiced"] - row["credited"]
+    return rows
+
+
 def invoice_list(*, access: BillingAccess, status: str = "", organization: str = "", period: date | None = None,
                  currency: str = "") -> QuerySet[Invoice]:
-    """Invoices the actor may read, newest period first; empty filters are ignored."""
-    invoices = _invoices(access)
+    """Invoices the actor may read, newest period first, each with `credited` (its credit notes)
+    and `net` (the total less them: revenue once finalized); empty filters are ignored."""
+    invoices = _invoices(access).annotate(credited=_credited_invoice()).annotate(net=F("total") - F("credited"))
     if status:
         invoices = invoices.filter(status=status)
     if organization:

@@ -35,4 +35,5 @@ urlpatterns = [
     path("api/v1/invoices/<uuid:invoice_id>/credit-notes", api.invoice_credit_notes, name="api-invoice-credit-notes"),
     path("api/v1/invoices/<uuid:invoice_id>/export", api.invoice_export_view, name="api-invoice-export"),
     path("api/v1/exports/revenue-share", api.revenue_share_view, name="api-revenue-share"),
+    path("api/v1/invoices/preview", api.invoice_preview_view, name="api-invoice-preview"),
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import date
 from decimal import Decimal
+from typing import Any
 
 import plotly
 from django.contrib import messages
@@ -24,8 +25,10 @@ from metering.exports import FORMATS, export_filename, invoice_export, revenue_s
 from metering.invoices import credit_note_issue, credited_by_line, invoice_balance, invoice_finalize, invoice_void
 from metering.models import BillingRun, CreditReason, InvoiceStatus
 from metering.periods import Period
+from metering.preview import invoice_preview, invoice_preview_all
 from metering.selectors import (
     BillingAccess, billing_access, contract_list, deployment_list, invoice_get, invoice_lines, invoice_list,
+    revenue_lines, revenue_totals,
 )
 
 # plotly.js is served locally by the reports app (reports:plotly-js), versioned by the package.
@@ -56,11 +59,17 @@ def invoices(request: HttpRequest) -> HttpResponse:
     except ValueError as exc:
         messages.error(request, str(exc))
         period = None
-    found = invoice_list(access=access, status=filters["status"] if filters["status"] in InvoiceStatus.values else "",
-                         organization=filters["organization"], period=period, currency=filters["currency"])
+    status = filters["status"] if filters["status"] in InvoiceStatus.values else ""
+    found = invoice_list(access=access, status=status, organization=filters["organization"], period=period,
+                         currency=filters["currency"])
+    # The same revenue as the dashboard and the export: finalized invoices, net of credit notes.
+    revenue = [] if status not in ("", InvoiceStatus.FINALIZED) else revenue_totals(revenue_lines(
+        access=access, period=period, organization=filters["organization"], currency=filters["currency"]))
     return render(request, "metering/invoices.html", {
         "invoices": found[:500], "filters": filters, "statuses": InvoiceStatus.values, "operator": access.operator,
+        "revenue": revenue,
         "organizations": Organization.objects.order_by("slug") if access.operator else [],
+        **_preview_section(access, every_organization=False),
     })
 
 
@@ -159,7 +168,8 @@ def runs(request: HttpRequest) -> HttpResponse:
                 messages.info(request, f"{period} was billed already; nothing changed.")
             return redirect("metering:run", run_id=run.pk)
     return render(request, "metering/runs.html", {"runs": BillingRun.objects.order_by("-period")[:60],
-                                                  "suggested": suggested})
+                                                  "suggested": suggested,
+                                                  **_preview_section(_access(request), every_organization=True)})
 
 
 @login_required
@@ -238,3 +248,19 @@ def savings(request: HttpRequest) -> HttpResponse:
 def deployments(request: HttpRequest) -> HttpResponse:
     found = deployment_list(access=_access(request)).prefetch_related("report_history__report")
     return render(request, "metering/deployments.html", {"deployments": found})
+
+
+def _preview_section(access: BillingAccess, *, every_organization: bool) -> dict[str, Any]:
+    """The upcoming-invoice table of a billing page: every organization's on finance's billing runs
+    page, the reader's own on a customer's invoices page (finance reads it on the runs page)."""
+    try:
+        if every_organization:
+            previews = [invoice_preview_all(access=access)]
+        elif access.operator:
+            previews = []
+        else:
+            previews = [invoice_preview(organization=organization)
+                        for organization in Organization.objects.filter(pk__in=access.org_ids).order_by("slug")]
+    except BillingError as exc:
+        return {"previews": [], "preview_error": exc.message}
+    return {"previews": previews, "preview_error": ""}

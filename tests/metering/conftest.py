@@ -61,7 +61,10 @@ def make_report(db, make_version):
                                  artifact_sha256=artifact)
         body = json.dumps({"schema": "dyno.report/1", "suite": {"version": suite_version, "profile": "gpu",
                                                                 "manifest_sha256": "f" * 64},
-                           "run": {"id": str(run.id)}, "billing": {"ci95_low": ci_low}},
+                           "run": {"id": str(run.id)},
+                           # The billing block as reports.document writes it; reconcile reads S from here.
+                           "billing": {"basis": "ci95_low", "calibration_stable": stable,
+                                       "model": {"ci95_low": ci_low}}},
                           sort_keys=True, separators=(",", ":")).encode()
         return Report.objects.create(
             organization=org, kind="reaudit" if supersedes is not None else "run", run=run, supersedes=supersedes,

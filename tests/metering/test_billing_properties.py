@@ -1,7 +1,9 @@
 """Properties of billing at the record and invoice level, over random contracts, reports, report
-switches and usage (late usage included), through the real services and PostgreSQL:
-totals are sums of rounded lines, fees are never negative, caps hold per usage month across runs,
-each line is rounded once with its contract's mode, and reconciliation agrees with the runs."""
+switches, usage (late usage included) and corrections of January's invoices (void, reissue, credit
+note), through the real services and PostgreSQL: totals are sums of rounded lines, fees are never
+negative, caps hold per usage month across runs over non-void invoices net of credit notes, every
+GPU-hour is on exactly one non-void invoice, each line is rounded once with its contract's mode,
+and reconciliation agrees with the runs."""
 
 from __future__ import annotations
 
@@ -49,6 +51,8 @@ organization = st.fixed_dictionaries({
     "minimum": st.sampled_from(["1", "1.05", "1.2"]),
     "cap_minor_units": st.none() | st.integers(0, 20_000),
     "deployments": st.lists(deployment, min_size=1, max_size=2),
+    # What finance does to January's invoice once finalized, before February's run.
+    "correction": st.sampled_from([None, "void", "reissue", "credit"]),
 })
 
 
@@ -74,15 +78,18 @@ def test_it_keeps_the_money_rules_at_the_invoice_level(organizations, make_org, 
                                                        make_deployment, billing_settings):
     from metering.billing import billing_run_create
     from metering.deployments import deployment_switch_report
-    from metering.models import BillingRecord, Invoice, InvoiceLine
+    from metering.invoices import credit_note_issue, invoice_finalize, invoice_reissue, invoice_void
+    from metering.models import BillingRecord, CreditNoteLine, Invoice, InvoiceLine, UsageEvent
     from metering.periods import Period
     from metering.reconcile import reconcile_period
 
     with transaction.atomic():
         caps: dict[int, Decimal | None] = {}
+        corrections: dict[int, str | None] = {}
         deployments = []
         for index, spec in enumerate(organizations):
             org = make_org(f"org-{index}")
+            corrections[org.pk] = spec["correction"]
             places = PLACES[spec["currency"]]
             cap = None if spec["cap_minor_units"] is None else Decimal(spec["cap_minor_units"]).scaleb(-places)
             caps[org.pk] = cap
@@ -103,7 +110,18 @@ def test_it_keeps_the_money_rules_at_the_invoice_level(organizations, make_org, 
                 deployments.append((dep, dep_spec))
         for dep, spec in deployments:
             _send(dep, [(1, d, h, x) for d, h, x in spec["january"]], now=at("2025-01-31 23:59"))
-        billing_run_create(period=Period(2025, 1), actor="system:test")
+        january, _ = billing_run_create(period=Period(2025, 1), actor="system:test")
+        for invoice in Invoice.objects.filter(run=january):
+            invoice = invoice_finalize(invoice=invoice, actor="system:test")
+            correction = corrections[invoice.organization_id]
+            if correction == "void":
+                invoice_void(invoice=invoice, actor="system:test", reason="property test")
+            elif correction == "reissue":
+                invoice_reissue(invoice=invoice, actor="system:test", reason="property test")
+            elif correction == "credit" and invoice.total > 0:
+                line = invoice.lines.filter(kind="usage", fee__gt=0).first()
+                credit_note_issue(invoice=invoice, actor="system:test", reason_code="goodwill",
+                                  amounts={line.pk: str(min(line.fee, invoice.total))})
         for dep, spec in deployments:
             _send(dep, [(1, d, h, x) for d, h, x in spec["late"]], now=at("2025-02-02 00:00"))
             _send(dep, [(2, d, h, x) for d, h, x in spec["february"]], now=at("2025-02-28 23:00"))
@@ -127,9 +145,15 @@ def test_it_keeps_the_money_rules_at_the_invoice_level(organizations, make_org, 
             if cap is None:
                 continue
             for month in (date(2025, 1, 1), date(2025, 2, 1)):
-                billed = sum((line.fee for line in InvoiceLine.objects.filter(invoice__organization_id=org_id,
-                                                                              usage_period=month)), Decimal(0))
+                lines = InvoiceLine.objects.filter(invoice__organization_id=org_id, usage_period=month) \
+                    .exclude(invoice__status="void")
+                credited = sum((c.amount for c in CreditNoteLine.objects.filter(invoice_line__in=lines)), Decimal(0))
+                billed = sum((line.fee for line in lines), Decimal(0)) - credited
                 assert 0 <= billed <= cap
+        # Released usage is billed again exactly once: every hour sits on one non-void invoice.
+        assert not Invoice.objects.filter(status="void", reissue__isnull=True).exists()
+        on_invoices = sum((r.hours for r in BillingRecord.objects.exclude(line__invoice__status="void")), Decimal(0))
+        assert on_invoices == sum((e.gpu_hours for e in UsageEvent.objects.all()), Decimal(0))
         result = reconcile_period(period=Period(2025, 2))
         assert result.ok, [str(d) for d in result.differences]
         assert result.events == sum(len(s["january"]) + len(s["late"]) + len(s["february"]) for _, s in deployments)

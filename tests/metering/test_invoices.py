@@ -132,21 +132,24 @@ def _sheet_xml(data: bytes) -> bytes:
         return b"".join(archive.read(name) for name in archive.namelist() if name.startswith("xl/worksheets/"))
 
 
-def test_it_summarises_a_periods_revenue_share(billed):
+def test_it_summarises_a_periods_revenue_share_from_finalized_invoices_net_of_credit_notes(billed):
     from metering.exports import revenue_share_table
-    from metering.invoices import invoice_finalize, invoice_void
+    from metering.invoices import credit_note_issue, invoice_finalize, invoice_void
     from metering.periods import Period
 
     invoice_void(invoice=invoice_finalize(invoice=billed["beta"], actor="system:test"), actor="system:test",
                  reason="test")
+    assert revenue_share_table(Period(2025, 1)).rows == ()  # a draft is not owed yet, a void invoice never
+    acme = invoice_finalize(invoice=billed["acme"], actor="system:test")
+    credit_note_issue(invoice=acme, actor="system:test", reason_code="goodwill",
+                      amounts={acme.lines.get(position=2).pk: "1.25"})
     table = revenue_share_table(Period(2025, 1))
     rows = [dict(zip(table.columns, row)) for row in table.rows]
-    assert [(r["organization"], r["status"], r["hardware"], r["kind"], r["revenue"]) for r in rows] == [
-        ("acme", "draft", "gpu-h100", "usage", D("20.00")),
-        ("acme", "draft", "gpu-h200", "usage", D("12.50")),
-        ("beta", "void", "gpu-h100", "usage", D("25.00")),
-        ("beta", "void", "", "cap", D("-15.00")),
-        ("total", "not void", "", "", D("32.50")),
+    assert [(r["organization"], r["invoice"], r["status"], r["hardware"], r["kind"], r["revenue"], r["credited"],
+             r["net"]) for r in rows] == [
+        ("acme", acme.number, "finalized", "gpu-h100", "usage", D("20.00"), D("1.25"), D("18.75")),
+        ("acme", acme.number, "finalized", "gpu-h200", "usage", D("12.50"), D("0.00"), D("12.50")),
+        ("total", "", "finalized, net of credit notes", "", "", D("32.50"), D("1.25"), D("31.25")),
     ]
 
 
