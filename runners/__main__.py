@@ -70,6 +70,11 @@ def _parser() -> argparse.ArgumentParser:
     chosen_by = suite_cmd.add_mutually_exclusive_group()
     chosen_by.add_argument("--candidates", type=Path, default=None, help="directory holding NAME.py per workload")
     chosen_by.add_argument(
+        "--artifact", type=Path, default=None,
+        help="a model run's artifact.json: audit the kernels it carries (`audited`) at the model's own shapes, "
+        "the per-workload audits its billed model figure is weighted from",
+    )
+    chosen_by.add_argument(
         "--optimized", action="store_true", help="tune each workload with Dyno's optimizer (tuning cache first), then audit its picks"
     )
     suite_cmd.add_argument(
@@ -244,6 +249,19 @@ def _kernel_audit(args: argparse.Namespace) -> int:
                     reference_points=points,
                     progress=_progress(args.quiet),
                 )
+            elif args.artifact is not None:
+                from runners.evaluate import audit_specs
+
+                if names:
+                    return _fail("--workloads does not apply with --artifact: it audits the kernels the artifact carries")
+                try:
+                    specs, sources = _artifact_kernels(args.artifact, args.profile)
+                except _CannotRun as exc:
+                    return _fail(str(exc))
+                document = audit_specs(specs, sources, keys=[spec.key for spec in specs], profile=args.profile,
+                                       device=args.device, seed=args.seed, progress=_progress(args.quiet),
+                                       reference_points=points, label="dyno optimizer")
+                document["artifact_sha256"] = hashlib.sha256(args.artifact.read_bytes()).hexdigest()
             else:
                 sources = None
                 if args.candidates is not None:
@@ -272,6 +290,32 @@ def _kernel_audit(args: argparse.Namespace) -> int:
         print("\n" + _tuning_table(document["optimization"]))
     print(f"\nwrote {args.json}")
     return EXIT_ACCEPTED if ok else EXIT_REJECTED
+
+
+def _artifact_kernels(path: Path, profile: str) -> tuple[list[Any], list[str]]:
+    """The suite specs and sources of the kernels a model run's artifact says it audited."""
+    from runners import suite
+
+    try:
+        artifact = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise _CannotRun(f"cannot read artifact {path}: {exc.strerror}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _CannotRun(f"artifact {path} is not JSON ({exc}); download it again from the run page") from None
+    audited = artifact.get("audited") if isinstance(artifact, dict) else None
+    if not isinstance(audited, dict) or not audited:
+        raise _CannotRun(f"{path} carries no audited kernels (`audited`): it is not a model run's artifact, or "
+                         "was made before artifacts carried them; reproduce the whole-model figure with model-audit")
+    specs, sources = [], []
+    for key, source in sorted(audited.items()):
+        try:
+            specs.append(suite.spec_for_key(profile, key))
+        except ValueError as exc:
+            raise _CannotRun(f"{path}: {exc}") from None
+        if not isinstance(source, str):
+            raise _CannotRun(f"{path}: the kernel of {key} is not Python source text")
+        sources.append(source)
+    return specs, sources
 
 
 # --- model-audit ---------------------------------------------------------------------------------
@@ -351,6 +395,7 @@ def _compare_report(report_path: Path, result_path: Path) -> int:
         pairs, notes = _model_pairs(report, measured)
     elif measured.get("schema") == signed.get("schema") and "workloads" in measured:
         pairs, notes = _workload_pairs(signed, measured)
+        pairs += _billed_model_pair(report, measured)
     else:
         raise _CannotRun(f"{result_path} is neither what `python -m runners audit|suite` nor what "
                          "`python -m runners model-audit` writes with --json")
@@ -426,6 +471,24 @@ def _workload_pairs(signed: dict[str, Any], measured: dict[str, Any]) -> tuple[l
     if missing > 0:
         notes.append(f"{missing} of the report's workloads were not measured by this result")
     return pairs, notes
+
+
+def _billed_model_pair(report: dict[str, Any], measured: dict[str, Any]) -> list[Pair]:
+    """The billed model figure recomputed from the reproduced kernel audits with the report's own
+    signed weights (the run's formula, runners.pipeline.weighted_figure), beside the signed one."""
+    from runners.pipeline import weighted_figure
+
+    model = (report.get("result") or {}).get("model") or {}
+    weights = {w.get("key"): float(w.get("weight") or 0.0) for w in model.get("weighting") or []}
+    if not weights or not isinstance(model.get("ci95"), list):
+        return []
+    if measured.get("artifact_sha256") not in (None, report.get("artifact_sha256")):
+        raise _CannotRun(f"the result audited the kernels of artifact {measured.get('artifact_sha256')}, the "
+                         f"report's is {report.get('artifact_sha256')}: download the artifact from the run page again")
+    speedup, low, high = weighted_figure(measured.get("workloads") or [], weights)
+    ours = {"verdict": "weighted", "speedup": speedup, "ci95": [low, high]}
+    theirs = {"verdict": "weighted", "speedup": model.get("speedup"), "ci95": model.get("ci95")}
+    return [("model figure (billed; kernel audits weighted by the report's eager-time shares)", ours, theirs)]
 
 
 def _seed_note(seed: Any, signed: dict[str, Any]) -> list[str]:

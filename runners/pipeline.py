@@ -108,30 +108,44 @@ def model_figure(entries: list[dict[str, Any]], planned: list[PlannedWorkload], 
     bounds the same way, which is conservative for the lower bound a bill uses.
     """
     by_key = {e.get("key"): e for e in entries}
-    weighting, share_sum = [], 0.0
-    point, low, high = 0.0, 0.0, 0.0
+    weighting = []
     for w in planned:
         share = w.eager_time_s / total_time_s if total_time_s > 0 else 0.0
         entry = by_key.get(w.key) or {}
-        accepted = entry.get("verdict") == "accepted" and entry.get("speedup") and entry.get("ci95")
-        s, (lo, hi) = (entry["speedup"], entry["ci95"]) if accepted else (1.0, (1.0, 1.0))
-        point += share / s
-        low += share / lo
-        high += share / hi
-        share_sum += share
+        accepted = _accepted(entry)
         weighting.append({"key": w.key, "name": w.spec.name, "count": w.count, "weight": share,
-                          "eager_time_s": w.eager_time_s, "speedup": s if accepted else None,
+                          "eager_time_s": w.eager_time_s, "speedup": entry["speedup"] if accepted else None,
                           "verdict": entry.get("verdict", "error")})
-    rest = max(0.0, 1.0 - share_sum)
+    speedup, low, high = weighted_figure(entries, {w["key"]: w["weight"] for w in weighting})
     figure = {
-        "speedup": 1.0 / (point + rest), "ci95": [1.0 / (low + rest), 1.0 / (high + rest)],
+        "speedup": speedup, "ci95": [low, high],
         "method": "amdahl over audited workloads weighted by instrumented eager time; unaudited work at 1x",
-        "audited_share": share_sum, "weighting": weighting,
+        "audited_share": sum(w["weight"] for w in weighting), "weighting": weighting,
         "unsupported": [dataclasses.asdict(u) for u in unsupported],
     }
     if not all(math.isfinite(v) for v in [figure["speedup"], *figure["ci95"]]):
         raise ValueError("model figure is not finite")
     return figure
+
+
+def _accepted(entry: dict[str, Any]) -> bool:
+    return bool(entry.get("verdict") == "accepted" and entry.get("speedup") and entry.get("ci95"))
+
+
+def weighted_figure(entries: list[dict[str, Any]], weights: dict[str, float]) -> tuple[float, float, float]:
+    """(speedup, CI low, CI high) of the whole model: each workload key's share of the eager time
+    runs its audited speedup (or CI bound) faster, 1x unless accepted; the rest of the time at 1x.
+    The model figure of a run, and what `compare-report` recomputes from a reproduction."""
+    by_key = {e.get("key"): e for e in entries}
+    point = low = high = 0.0
+    for key, share in weights.items():
+        entry = by_key.get(key) or {}
+        s, (lo, hi) = (entry["speedup"], entry["ci95"]) if _accepted(entry) else (1.0, (1.0, 1.0))
+        point += share / s
+        low += share / lo
+        high += share / hi
+    rest = max(0.0, 1.0 - sum(weights.values()))
+    return 1.0 / (point + rest), 1.0 / (low + rest), 1.0 / (high + rest)
 
 
 def run_model_pipeline(model_dir: Path, *, batch: int, seq: int, profile: str, device: str,
@@ -201,7 +215,9 @@ def run_model_pipeline(model_dir: Path, *, batch: int, seq: int, profile: str, d
         model_dir, artifact, batch=batch, seq=seq, device=device, profile=profile,
         seed=int((result.get("protocol") or {}).get("seed") or secrets.randbits(62)), progress=part(_END_TO_END, "audit"))
     seconds["end_to_end"] = time.monotonic() - started
-    result["optimization"] = {"tuning": tuning, "seconds": seconds, "replayed": replay is not None}
+    result["optimization"] = {"tuning": tuning, "seconds": seconds, "replayed": replay is not None,
+                              # `suite --artifact` can re-audit them: the billed figure reproduces.
+                              "kernels_in_artifact": bool(replayed) or replay is None}
     # A replay hands back the artifact it was given, byte for byte once canonical: same artifact, same hash.
     stored = dict(replay) if replay is not None else artifact.to_dict()
     return PipelineOutcome(inventory=inventory, result=result, artifact=stored, seconds=seconds)

@@ -5,10 +5,12 @@ Everything here defines what a result means, so all of it feeds `manifest_sha256
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -776,6 +778,32 @@ def find_spec(profile: str, workload: str) -> list[WorkloadSpec]:
     """All specs of `workload` in `profile` (a workload may appear at several shapes)."""
     _workload(workload)
     return [spec for spec in profile_specs(profile) if spec.name == workload]
+
+
+def spec_for_key(profile: str, key: str) -> WorkloadSpec:
+    """The spec a `WorkloadSpec.key` names (`rmsnorm[R=32,H=256]float32`) under `profile`'s
+    protocol: the profile's template of that workload at the key's shape and dtype (what a model
+    run audits at its own shapes). ValueError, saying what is wrong, for anything else."""
+    match = re.fullmatch(r"([a-z_0-9]+)\[([A-Za-z_0-9=,]*)\]([a-z0-9]+)", key)
+    if match is None:
+        raise ValueError(f"{key!r} is not a workload key such as 'rmsnorm[R=32,H=256]float32'")
+    name, dims, dtype = match.groups()
+    if name not in workload_names():
+        raise ValueError(f"{key!r}: unknown workload {name!r}")
+    if dtype not in DTYPES:
+        raise ValueError(f"{key!r}: unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    templates = find_spec(profile, name)
+    if not templates:
+        raise ValueError(f"{key!r}: profile {profile!r} has no {name} workload")
+    shape = {}
+    for part in filter(None, dims.split(",")):
+        dim, _, value = part.partition("=")
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"{key!r}: dimension {part!r} is not NAME=POSITIVE_INTEGER")
+        shape[dim] = int(value)
+    if set(shape) != set(templates[0].shape):
+        raise ValueError(f"{key!r}: shape keys {sorted(shape)} are not {name}'s {sorted(templates[0].shape)}")
+    return dataclasses.replace(templates[0], shape={k: shape[k] for k in templates[0].shape}, dtype=dtype)
 
 
 def manifest(profile: str, *, protocol: Any = None, specs: list[WorkloadSpec] | None = None) -> dict[str, Any]:

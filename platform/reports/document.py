@@ -41,6 +41,7 @@ ARTIFACT_URL = "/runs/{run_id}/artifact.json"
 CANDIDATE_URL = "/runs/{run_id}/candidate.py"
 KEYS_URL = "/.well-known/dyno-report-keys.json"
 COMPARE_COMMAND = "python -m runners compare-report report.json result.json"
+KERNELS_COMPARE_COMMAND = "python -m runners compare-report report.json kernels.json"
 
 
 class NotBillable(StrEnum):
@@ -307,27 +308,37 @@ class _Recipe:
             _file("model/", "your copy of the measured model version: the files under model_version.files, "
                             "same paths"),
         ]
-        self.notes.append("model-audit re-measures the whole forward pass (result.model.end_to_end); the billed "
-                          "model figure is weighted from the per-workload audits, whose tuned kernels no "
-                          "download carries.")
         checks = [_checksum_line([(digest, "artifact.json")])]
         if model.files:
             checks.append(_checksum_line([(f.sha256, f"model/{f.path}") for f in model.files]))
+        kernels: list[str] = []
+        if (self.result.get("optimization") or {}).get("kernels_in_artifact"):
+            # The billed figure: the artifact's kernels audited again, weighted by the report's shares.
+            kernels = [self._command("suite", ("--artifact", "artifact.json"), json_to="kernels.json"),
+                       KERNELS_COMPARE_COMMAND]
+            self.notes.append("suite --artifact re-audits the kernels the billed model figure is weighted from, "
+                              "and compare-report recomputes that figure with the report's own weights; "
+                              "model-audit re-measures the whole forward pass (result.model.end_to_end).")
+        else:
+            self.notes.append("model-audit re-measures the whole forward pass (result.model.end_to_end); the "
+                              "billed model figure is weighted from per-workload audits whose kernels this "
+                              "run's artifact does not carry (made before artifacts carried them).")
         return [
             *checks,
+            *kernels,
             self._command("model-audit", ("--model", "model"), ("--artifact", "artifact.json"),
                           ("--batch", self.run.batch), ("--seq", self.run.seq)),
             COMPARE_COMMAND,
         ]
 
-    def _command(self, name: str, *options: tuple[str, Any]) -> str:
+    def _command(self, name: str, *options: tuple[str, Any], json_to: str = "result.json") -> str:
         """`python -m runners NAME` with the options, then the report's profile, device and seed."""
         profile = (self.result.get("suite") or {}).get("profile") or self.run.profile
         end_to_end = (self.result.get("model") or {}).get("end_to_end") or {}
         device = end_to_end.get("device") or (self.result.get("environment") or {}).get("device")
         words = ["python", "-m", "runners", name]
         for flag, value in (*options, ("--profile", profile), ("--device", device), ("--seed", self.seed),
-                            ("--json", "result.json")):
+                            ("--json", json_to)):
             if value is not None:
                 words += [flag, str(value)]
         return shlex.join(words)

@@ -100,7 +100,7 @@ def _follow(lines: list[str], clone: Path) -> list[subprocess.CompletedProcess[s
     return done
 
 
-def _check_recipe_end_to_end(client, report, clone: Path, **download) -> tuple[dict, dict, str]:
+def _check_recipe_end_to_end(client, report, clone: Path, **download) -> tuple[dict, dict, str, dict[str, str]]:
     recipe = _download(client, report, clone, **download)
     done = _follow([*recipe["commands"], recipe["verify_signature"]], clone)
     for line, proc in zip(recipe["commands"], done):
@@ -112,7 +112,8 @@ def _check_recipe_end_to_end(client, report, clone: Path, **download) -> tuple[d
     assert "the reproduction agrees with the report" in compared.stdout or \
         "the reproduction differs from the report" in compared.stdout, compared.stdout + compared.stderr
     body = json.loads(report.body_bytes)
-    return body, json.loads((clone / "result.json").read_text()), compared.stdout
+    printed = {line: proc.stdout for line, proc in zip(recipe["commands"], done)}
+    return body, json.loads((clone / "result.json").read_text()), compared.stdout, printed
 
 
 def test_it_reproduces_the_audit_of_a_submitted_candidate_as_printed(
@@ -126,7 +127,7 @@ def test_it_reproduces_the_audit_of_a_submitted_candidate_as_printed(
     report = _execute_and_sign(run, django_capture_on_commit_callbacks)
     clone = _fresh_clone(tmp_path)
 
-    body, reproduced, compared = _check_recipe_end_to_end(client, report, clone)
+    body, reproduced, compared, _ = _check_recipe_end_to_end(client, report, clone)
 
     assert (clone / "candidate.py").read_bytes() == HONEST_RMSNORM.read_bytes()
     assert reproduced["candidate"]["source_sha256"] == body["result"]["candidate"]["source_sha256"]
@@ -151,7 +152,8 @@ def test_it_reproduces_a_model_run_from_its_artifact_as_printed(
     report = _execute_and_sign(run, django_capture_on_commit_callbacks)
     clone = _fresh_clone(tmp_path)
 
-    body, reproduced, compared = _check_recipe_end_to_end(client, report, clone, model_folder=sample_models["llama"])
+    body, reproduced, compared, printed = _check_recipe_end_to_end(client, report, clone,
+                                                                   model_folder=sample_models["llama"])
 
     assert hashlib.sha256((clone / "artifact.json").read_bytes()).hexdigest() == body["artifact_sha256"]
     assert reproduced["artifact_sha256"] == body["artifact_sha256"]
@@ -162,3 +164,9 @@ def test_it_reproduces_a_model_run_from_its_artifact_as_printed(
         if phase["verdict"] == "accepted":
             assert isinstance(phase["speedup"], float)
     assert any(p["ci95"] for p in theirs.values()), theirs
+    # The billed figure: the artifact's kernels audited again, weighted with the report's shares.
+    (kernels_line,) = [line for line in printed if " suite --artifact artifact.json " in line]
+    kernels = json.loads((clone / "kernels.json").read_text())
+    assert {w["key"] for w in kernels["workloads"]} == {w["key"] for w in body["result"]["model"]["weighting"]}
+    (billed,) = [out for line, out in printed.items() if line.endswith("compare-report report.json kernels.json")]
+    assert "model figure (billed" in billed and f"report weighted {body['result']['model']['speedup']:.3f}x" in billed

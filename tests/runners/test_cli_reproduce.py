@@ -178,3 +178,43 @@ def test_it_refuses_a_report_whose_end_to_end_audit_did_not_run(tmp_path, capsys
     report = _report({**AUDIT_REPORT["result"], "model": failed}, ARTIFACT_SHA)
     measured = {"artifact_sha256": ARTIFACT_SHA, "seed": SEED, "end_to_end": _end_to_end(_phase("prefill", 1.5, [1.3, 1.7]))}
     assert "did not run (ModelAuditError: boom)" in _cannot(tmp_path, capsys, report, measured)
+
+
+def test_suite_artifact_refuses_an_artifact_without_kernels_and_a_bad_key(tmp_path, capsys):
+    from runners.__main__ import main
+
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({"schema": "dyno.optimization-artifact/1", "modules": []}))
+    assert main(["suite", "--artifact", str(bare), "--profile", "cpu-ci", "--json", str(tmp_path / "r.json")]) == 2
+    assert "carries no audited kernels" in capsys.readouterr().err
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps({"audited": {"rmsnorm[R=32]float32": "def kernel(x, w):\n    return x\n"}}))
+    assert main(["suite", "--artifact", str(odd), "--profile", "cpu-ci", "--json", str(tmp_path / "r.json")]) == 2
+    assert "shape keys ['R'] are not rmsnorm's" in capsys.readouterr().err
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_compare_report_recomputes_the_billed_model_figure_from_kernel_audits(tmp_path, capsys):
+    from runners.__main__ import main
+
+    weighting = [{"key": "rmsnorm[R=32,H=256]float32", "weight": 0.5}, {"key": "gemm[M=8,N=8,K=8]float32", "weight": 0.2}]
+    signed = {"schema": "dyno.suite-result/1", "suite": {"profile": "cpu-ci"}, "workloads": [],
+              "model": {"speedup": 1.25, "ci95": [1.2, 1.3], "weighting": weighting}}
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"schema": "dyno.report/1", "artifact_sha256": "ab" * 32, "result": signed}))
+
+    def measured(rms: float, gemm_verdict: str) -> Path:
+        path = tmp_path / f"kernels-{rms}-{gemm_verdict}.json"
+        path.write_text(json.dumps({"schema": "dyno.suite-result/1", "suite": {"profile": "cpu-ci"},
+                                    "artifact_sha256": "ab" * 32, "workloads": [
+            {"key": weighting[0]["key"], "name": "rmsnorm", "verdict": "accepted", "speedup": rms,
+             "ci95": [rms - 0.05, rms + 0.05]},
+            {"key": weighting[1]["key"], "name": "gemm", "verdict": gemm_verdict, "speedup": 1.5, "ci95": [1.4, 1.6]}]}))
+        return path
+
+    # 0.5/1.6 + 0.2/1.5 + 0.3 = 0.7458: 1.341x, outside [1.2, 1.3].
+    assert main(["compare-report", str(report), str(measured(1.6, "accepted"))]) == 1
+    assert "model figure (billed" in capsys.readouterr().out
+    # 0.5/1.5 + 0.2 (gemm rejected: 1x) + 0.3 = 0.8333: 1.2x, inside.
+    assert main(["compare-report", str(report), str(measured(1.5, "rejected"))]) == 0
+    assert "reproduced weighted 1.200x" in capsys.readouterr().out
