@@ -24,7 +24,7 @@ from metering.contracts import contract_data, contract_terms_from, contract_vers
 from metering.deployments import deployment_create, deployment_data, deployment_switch_report
 from metering.errors import BillingError
 from metering.exports import FORMATS, export_filename, invoice_export, revenue_share_export
-from metering.invoices import credit_note_issue, invoice_finalize, invoice_void
+from metering.invoices import credit_note_issue, invoice_finalize, invoice_reissue, invoice_void
 from metering.models import BillingRun, InvoiceStatus
 from metering.periods import Period
 from metering.preview import invoice_preview, invoice_preview_all
@@ -221,6 +221,18 @@ def invoice_void_view(request: HttpRequest, invoice_id: uuid.UUID) -> JsonRespon
     invoice = invoice_void(invoice=invoice_get(access=access, invoice_id=invoice_id), actor=request.actor,
                            reason=str(body.get("reason", "")))
     return JsonResponse(invoice_dict(invoice, with_lines=True))
+
+
+@api_endpoint(methods=("POST",), scopes=("finance",))
+@_billing_errors
+def invoice_reissue_view(request: HttpRequest, invoice_id: uuid.UUID) -> JsonResponse:
+    """Void a finalized invoice (or take a void one not yet billed again) and bill its usage at
+    once on a corrective invoice with the next number; answers with the corrective invoice."""
+    access = _operator(request)
+    body = json_body(request)
+    corrective = invoice_reissue(invoice=invoice_get(access=access, invoice_id=invoice_id), actor=request.actor,
+                                 reason=str(body.get("reason", "")))
+    return JsonResponse(invoice_dict(corrective, with_lines=True), status=201)
 
 
 @api_endpoint(methods=("GET", "POST"), scopes=READERS)

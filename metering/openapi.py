@@ -99,6 +99,13 @@ def metering_paths() -> dict[str, Any]:
             "requestBody": _body({"type": "object", "required": ["reason"], "properties": {
                 "reason": {"type": "string"}}}),
             "responses": {"200": _json(_ref("Invoice"), "invoice"), **_errors(400, 401, 403, 404, 409)}}},
+        "/invoices/{invoice_id}/reissue": {"post": {
+            "summary": "Void a finalized invoice (reason required) or take a void one whose usage is not billed "
+                       "again yet, and bill that usage at once on a corrective invoice with the next number."
+                       + FINANCE, "parameters": [invoice_id],
+            "requestBody": _body({"type": "object", "properties": {"reason": {"type": "string"}}}),
+            "responses": {"201": _json(_ref("Invoice"), "the corrective invoice"),
+                          **_errors(400, 401, 403, 404, 409)}}},
         "/invoices/{invoice_id}/credit-notes": {
             "get": {"summary": "Credit notes of an invoice", "parameters": [invoice_id],
                     "responses": {"200": _json(_list("credit_notes", "CreditNote"), "credit notes"),

@@ -22,7 +22,14 @@ from metering.charts import revenue_by_customer, revenue_by_hardware, revenue_by
 from metering.contracts import TERMS_FIELDS, contract_terms_from, contract_version_create
 from metering.errors import BillingError
 from metering.exports import FORMATS, export_filename, invoice_export, revenue_share_export
-from metering.invoices import credit_note_issue, credited_by_line, invoice_balance, invoice_finalize, invoice_void
+from metering.invoices import (
+    credit_note_issue,
+    credited_by_line,
+    invoice_balance,
+    invoice_finalize,
+    invoice_reissue,
+    invoice_void,
+)
 from metering.models import BillingRun, CreditReason, InvoiceStatus
 from metering.periods import Period
 from metering.preview import invoice_preview, invoice_preview_all
@@ -114,9 +121,19 @@ def invoice_finalize_view(request: HttpRequest, invoice_id) -> HttpResponse:
 def invoice_void_view(request: HttpRequest, invoice_id) -> HttpResponse:
     def void(invoice):
         invoice_void(invoice=invoice, actor=_actor(request), reason=request.POST.get("reason", ""))
-        return f"Invoice {invoice.number} is void."
+        return f"Invoice {invoice.number} is void; its usage is billed again by the next billing run (or reissue it now)."
 
     return _invoice_action(request, invoice_id, void)
+
+
+@login_required
+@require_POST
+def invoice_reissue_view(request: HttpRequest, invoice_id) -> HttpResponse:
+    def reissue(invoice):
+        corrective = invoice_reissue(invoice=invoice, actor=_actor(request), reason=request.POST.get("reason", ""))
+        return f"Invoice {invoice.number} is void; its usage is billed on {corrective.number}."
+
+    return _invoice_action(request, invoice_id, reissue)
 
 
 @login_required

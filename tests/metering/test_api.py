@@ -146,3 +146,20 @@ def test_it_refuses_an_out_of_order_or_unfinished_period(keys):
     assert finance.post("billing-runs", {"period": "25-1"}).json()["error"]["code"] == "invalid_period"
     feb = finance.post("billing-runs", {"period": "2025-02"})
     assert feb.status_code == 201 and feb.json()["summary"]["invoices"] == 0
+
+
+def test_finance_voids_and_reissues_over_the_api_and_the_customer_may_not(keys, billed):
+    from metering.models import Invoice
+
+    finance, acme_id = keys["finance"], billed["acme"].pk
+    finance.post(f"invoices/{acme_id}/finalize")
+    assert keys["acme"].post(f"invoices/{acme_id}/reissue", {"reason": "x"}).status_code == 403
+    assert finance.post(f"invoices/{acme_id}/reissue", {}).json()["error"]["code"] == "missing_field"  # no reason
+    corrective = finance.post(f"invoices/{acme_id}/reissue", {"reason": "wrong billing address"})
+    assert corrective.status_code == 201, corrective.json()
+    body = corrective.json()
+    assert body["status"] == "finalized" and body["total"] == "32.50" and body["id"] != str(acme_id)
+    assert Invoice.objects.get(pk=acme_id).status == "void"
+    again = finance.post(f"invoices/{acme_id}/reissue", {})
+    assert again.status_code == 409 and again.json()["error"]["code"] == "already_reissued"
+    assert finance.post(f"invoices/{billed['beta'].pk}/reissue", {"reason": "x"}).status_code == 409  # a draft

@@ -104,3 +104,19 @@ def test_it_renders_runs_contracts_and_deployments_and_adds_a_contract_version(p
     assert owner.post("/billing/contracts", {"organization": "acme"}).status_code == 403
     deployments = owner.get("/billing/deployments").content.decode()
     assert "<td>acme</td>" in deployments and "<td>beta</td>" not in deployments
+
+
+def test_finance_voids_and_reissues_from_the_invoice_page(people, billed):
+    from metering.invoices import invoice_finalize
+    from metering.models import Invoice
+
+    finance, invoice = people["finance"], invoice_finalize(invoice=billed["acme"], actor="system:test")
+    page = finance.get(f"/billing/invoices/{invoice.pk}").content.decode()
+    assert "Void and reissue now" in page
+    assert people["owner"].post(f"/billing/invoices/{invoice.pk}/reissue", {"reason": "x"}).status_code == 403
+    response = finance.post(f"/billing/invoices/{invoice.pk}/reissue", {"reason": "wrong entity"}, follow=True)
+    corrective = Invoice.objects.exclude(pk=invoice.pk).get(organization=invoice.organization, status="finalized")
+    assert f"its usage is billed on {corrective.number}" in response.content.decode()
+    assert corrective.total == invoice.total and Invoice.objects.get(pk=invoice.pk).status == "void"
+    again = finance.post(f"/billing/invoices/{invoice.pk}/reissue", follow=True).content.decode()
+    assert "billed again on invoice" in again  # the void invoice's page says where its usage went
