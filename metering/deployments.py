@@ -18,6 +18,7 @@ from metering.errors import BillingError
 from metering.models import Contract, Deployment, DeploymentReport
 from metering.periods import Period
 from metering.selectors import contract_in_force
+from reports.document import UNTRUSTED
 from reports.models import Dispute, Report
 
 
@@ -31,9 +32,22 @@ def report_suite(report: Report) -> dict[str, Any]:
     return suite if isinstance(suite, dict) else {}
 
 
+def report_untrusted(report: Report) -> list[str]:
+    """Codes in the signed body that say the measurement itself cannot be trusted (an incomplete
+    sandbox, a runner that failed its calibration): such a report never bills."""
+    try:
+        body = json.loads(bytes(report.body))
+    except (ValueError, TypeError):
+        return []
+    billing = body.get("billing") if isinstance(body, dict) else None
+    reasons = billing.get("reasons") if isinstance(billing, dict) else None
+    return sorted({r.get("code") for r in reasons or [] if isinstance(r, dict) and r.get("code") in UNTRUSTED})
+
+
 def _check_billable_report(*, report: Report, contract: Contract, hardware: str, artifact_sha256: str | None = None) -> None:
-    """A report bills under a contract only if it measured the deployed artifact, was stable, and was
-    measured as the contract's plan says. Which report bills is a rule: nobody picks a convenient one."""
+    """A report bills under a contract only if it measured the deployed artifact, was stable, was
+    measured where the measurement can be trusted, and as the contract's plan says. Which report
+    bills is a rule: nobody picks a convenient one."""
     if artifact_sha256 is not None and (report.run.artifact_sha256 or "") != artifact_sha256:
         raise BillingError("report_artifact_mismatch",
                            f"report {report.pk} measured artifact {report.run.artifact_sha256 or 'none'}, not the "
@@ -44,6 +58,12 @@ def _check_billable_report(*, report: Report, contract: Contract, hardware: str,
                            f"report {report.pk}'s A/A control was unstable, so its figure proves no speedup and "
                            "cannot bill; deploy under a stable report of this artifact (ask for a re-audit, or "
                            "re-run on a quieter runner).", status=409)
+    untrusted = report_untrusted(report)
+    if untrusted:
+        raise BillingError("report_untrusted",
+                           f"report {report.pk} was measured where its figures cannot bill ({', '.join(untrusted)}: "
+                           "see the report's billing reasons); measure the artifact again on a runner with a "
+                           "complete sandbox and a passing calibration.", status=409)
     if report.model_ci_low is None:
         raise BillingError("report_not_billable", f"report {report.pk} holds no model-level confidence interval; "
                                                   "deploy with a report of a run that measured the whole model.")

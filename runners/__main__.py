@@ -1,4 +1,4 @@
-"""Command line: `python -m runners audit|suite|model-audit` measure and write JSON; `compare-report`
+"""Command line: `python -m runners audit|suite|model-audit|calibrate` measure and write JSON; `compare-report`
 sets such a measurement beside the signed report it reproduces (every report prints the recipe).
 
 `suite --optimized` first tunes every workload with Dyno's optimizer (tuning cache first), then
@@ -106,6 +106,14 @@ def _parser() -> argparse.ArgumentParser:
     model.add_argument("--seq", required=True, type=_positive_int,
                        help="tokens per sequence (and the decode cache length)")
     common(model, reference_points=False)
+    calibrate = commands.add_parser(
+        "calibrate",
+        help="A/A audits of a profile's workloads: can this machine produce billable figures?",
+        description="Exit 0: every A/A control is stable and the baseline is accepted against itself (figures "
+        "measured here can bill). Exit 1: not (the JSON and the table say which workloads). Exit 2: cannot run.",
+    )
+    calibrate.add_argument("--workloads", default="", help="comma-separated subset (default: all)")
+    common(calibrate, reference_points=False)
     compare = commands.add_parser(
         "compare-report",
         help="set a reproduction's figures beside the signed report's 95%% intervals",
@@ -163,6 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    if args.command == "calibrate":
+        return _calibrate(args)
     if args.command == "compare-report":
         try:
             return _compare_report(args.report, args.result)
@@ -182,6 +192,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\nwrote {args.json}")
         return EXIT_ACCEPTED if ok else EXIT_REJECTED
     return _kernel_audit(args)
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from runners import suite
+    from runners.calibrate import calibrate, render
+    from runners.evaluate import HarnessError
+
+    if args.profile not in suite.profile_names():
+        return _fail(f"unknown profile {args.profile!r}; use one of {', '.join(suite.profile_names())}")
+    names = [n for n in args.workloads.split(",") if n]
+    unknown = [n for n in names if n not in suite.workload_names()]
+    if unknown:
+        return _fail(f"unknown workload(s) {', '.join(unknown)}; use {', '.join(suite.workload_names())}")
+    try:
+        document = calibrate(args.profile, workloads=names or None, device=args.device, seed=args.seed,
+                             progress=_progress(args.quiet))
+    except (HarnessError, ValueError) as exc:
+        return _fail(str(exc))
+    _write(args.json, document)
+    print(render(document))
+    print(f"\nwrote {args.json}")
+    return EXIT_ACCEPTED if document["verdict"]["billable"] else EXIT_REJECTED
 
 
 def _write(path: Path, document: dict[str, Any]) -> None:

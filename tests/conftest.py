@@ -80,6 +80,8 @@ class WorkerProcess:
             "DATABASE_URL": base.rsplit("/", 1)[0] + "/" + database_name,
             "DYNO_MEDIA_ROOT": str(media_root),
             "DYNO_HEARTBEAT_SECONDS": "1",
+            # A runner's start-up calibration takes a minute; the test that needs it turns it on.
+            "DYNO_RUNNER_CALIBRATION": "off",
             # Small model runs: the two heaviest workloads, a short search, one tuning cache per session.
             "DYNO_RUN_WORKLOAD_LIMIT": "2",
             "DYNO_TUNE_BUDGET_SECONDS": "4",

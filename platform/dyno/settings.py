@@ -184,6 +184,11 @@ DYNO_REPORT_DISPUTE_DAYS = env_int("DYNO_REPORT_DISPUTE_DAYS", 30, minimum=0)
 # Re-measurements an organization's auditors and disputes may start per dispute window (the
 # operator's are not counted): a re-roll until a low figure appears is the attack this bounds.
 DYNO_REAUDITS_PER_WINDOW = env_int("DYNO_REAUDITS_PER_WINDOW", 2, minimum=0)
+# A runner calibrates itself when it starts (A/A audits, runners.calibrate): `auto` (cpu-ci on CPU,
+# gpu on GPU), a profile name, or `off`. Reports measured on a runner whose calibration failed do
+# not bill. DYNO_RUNNER_CALIBRATION_WORKLOADS limits it to a comma-separated subset.
+DYNO_RUNNER_CALIBRATION = env_str("DYNO_RUNNER_CALIBRATION") or "auto"
+DYNO_RUNNER_CALIBRATION_WORKLOADS = env_str("DYNO_RUNNER_CALIBRATION_WORKLOADS") or ""
 
 # Billing: the organization whose finance members and finance keys bill every customer org, and
 # the margin behind "now" a billing run stops taking usage (above 4 x the 30 s ingestion timeout).
@@ -208,6 +213,8 @@ CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TASK_REJECT_ON_WORKER_LOST = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "control"
+# Each worker also consumes its own queue (`<hostname>.dq2`): a runner's calibration runs on it.
+CELERY_WORKER_DIRECT = True
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")

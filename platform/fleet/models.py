@@ -18,12 +18,23 @@ class Runner(models.Model):
     registered_at = models.DateTimeField()
     last_heartbeat = models.DateTimeField()
     stopped_at = models.DateTimeField(null=True, blank=True)
+    # The runner's own A/A calibration (runners.calibrate, dyno.calibration/1), run when it starts;
+    # a report measured on a runner whose calibration failed does not bill.
+    calibration = models.JSONField(null=True, blank=True)
+    calibrated_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["hardware", "hostname"]
 
     def __str__(self) -> str:
         return self.hostname
+
+    @property
+    def calibration_billable(self) -> bool | None:
+        """True or False once calibrated; None while never calibrated (or calibration is off)."""
+        if not isinstance(self.calibration, dict):
+            return None
+        return bool((self.calibration.get("verdict") or {}).get("billable"))
 
     @property
     def online(self) -> bool:

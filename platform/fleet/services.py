@@ -39,6 +39,29 @@ def runner_register(*, hostname: str, queues: list[str], fingerprint: dict[str, 
     return runner
 
 
+def runner_calibration_record(*, hostname: str, calibration: dict[str, Any]) -> None:
+    """Store a runner's calibration (what `runners.calibrate` returned) and say so in the log."""
+    updated = Runner.objects.filter(hostname=hostname).update(calibration=calibration, calibrated_at=timezone.now())
+    verdict = calibration.get("verdict") or {}
+    (log.info if verdict.get("billable") else log.warning)(
+        "runner %s calibration on %s: %s", hostname, calibration.get("profile"), verdict.get("message"))
+    if not updated:
+        log.warning("runner %s is not registered; its calibration was not stored", hostname)
+
+
+def runner_calibration_summary(*, hostname: str) -> dict[str, Any] | None:
+    """What a result records of the runner that measured it: its calibration verdict, or None
+    when the runner has none (calibration off, or not finished)."""
+    runner = Runner.objects.filter(hostname=hostname).only("calibration", "calibrated_at").first()
+    if runner is None or not isinstance(runner.calibration, dict):
+        return None
+    calibration = runner.calibration
+    return {"billable": bool((calibration.get("verdict") or {}).get("billable")),
+            "profile": calibration.get("profile"), "message": (calibration.get("verdict") or {}).get("message"),
+            "summary": calibration.get("summary"),
+            "calibrated_at": runner.calibrated_at.isoformat() if runner.calibrated_at else None}
+
+
 def runner_heartbeat(*, hostname: str) -> None:
     Runner.objects.filter(hostname=hostname).update(last_heartbeat=timezone.now())
 

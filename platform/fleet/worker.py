@@ -54,8 +54,25 @@ def on_worker_ready(sender=None, **kwargs) -> None:
     orphaned = runs_fail_held_by(worker=hostname)
     if orphaned:
         log.warning("%s restarted holding %d run(s); marked failed: %s", hostname, len(orphaned), orphaned)
-    runner_register(hostname=hostname, queues=queues, fingerprint=device_fingerprint(queues))
+    runner = runner_register(hostname=hostname, queues=queues, fingerprint=device_fingerprint(queues))
     threading.Thread(target=_beat, args=(hostname,), name="dyno-heartbeat", daemon=True).start()
+    _calibrate_self(hostname, runner.hardware)
+
+
+def _calibrate_self(hostname: str, hardware: str) -> None:
+    """Ask this worker (its own direct queue: no other worker takes it) to calibrate itself."""
+    from celery.utils.nodenames import worker_direct
+
+    from fleet.tasks import calibration_profile, runner_calibrate
+
+    profile = calibration_profile(hardware) if hardware in settings.DYNO_HARDWARE_CLASSES else None
+    if profile is None:
+        return
+    workloads = [w for w in settings.DYNO_RUNNER_CALIBRATION_WORKLOADS.split(",") if w] or None
+    try:
+        runner_calibrate.apply_async(args=[profile, workloads], queue=worker_direct(hostname))
+    except Exception:
+        log.exception("%s: could not queue its calibration; it measures uncalibrated", hostname)
 
 
 @worker_shutdown.connect

@@ -53,6 +53,12 @@ class NotBillable(StrEnum):
     NOT_ACCEPTED = "not_accepted"
     NO_CONFIDENCE_INTERVAL = "no_confidence_interval"
     SANDBOX_INCOMPLETE = "sandbox_incomplete"
+    RUNNER_NOT_CALIBRATED = "runner_not_calibrated"
+
+
+# Reasons that say the measurement itself cannot be trusted (not merely that it proves no speedup):
+# metering refuses to deploy under such a report at all.
+UNTRUSTED = frozenset({NotBillable.SANDBOX_INCOMPLETE.value, NotBillable.RUNNER_NOT_CALIBRATED.value})
 
 
 _NOT_BILLABLE_TEXT = {
@@ -65,6 +71,9 @@ _NOT_BILLABLE_TEXT = {
     NotBillable.SANDBOX_INCOMPLETE: "the runner could not provide every sandbox protection a billable "
                                     "audit needs (see the result's sandbox block), and its operator did "
                                     "not allow figures from it to bill",
+    NotBillable.RUNNER_NOT_CALIBRATED: "the runner that measured this failed its own calibration (its A/A "
+                                       "controls were unstable when it started, see environment."
+                                       "runner_calibration), so figures it measures do not bill",
 }
 
 
@@ -199,6 +208,12 @@ def sandbox_trusted(result: dict[str, Any]) -> bool:
     return block.get("complete") is not False or bool(block.get("operator_allowed_incomplete"))
 
 
+def runner_calibrated(result: dict[str, Any]) -> bool:
+    """False only when the runner recorded a failed calibration (none recorded: not known to fail)."""
+    block = (result.get("environment") or {}).get("runner_calibration")
+    return not (isinstance(block, dict) and block.get("billable") is False)
+
+
 def model_figure(result: dict[str, Any]) -> ModelFigure:
     """The whole-model speedup, its CI and whether it bills; rounded down, never up."""
     stable = bool((result.get("calibration") or {}).get("stable"))
@@ -208,7 +223,9 @@ def model_figure(result: dict[str, Any]) -> ModelFigure:
     low, high = (_decimal(ci[0]), _decimal(ci[1])) if len(ci) == 2 else (None, None)
     if speedup is None:
         return ModelFigure(None, None, None, stable, Billable(None, False, NotBillable.NO_MODEL_FIGURE))
-    return ModelFigure(speedup, low, high, stable, _billable(low, stable=stable, accepted=True, trusted=sandbox_trusted(result)))
+    return ModelFigure(speedup, low, high, stable, _billable(low, stable=stable, accepted=True,
+                                                             trusted=sandbox_trusted(result),
+                                                             calibrated=runner_calibrated(result)))
 
 
 def billing_statement(result: dict[str, Any], figure: ModelFigure | None = None) -> dict[str, Any]:
@@ -218,7 +235,8 @@ def billing_statement(result: dict[str, Any], figure: ModelFigure | None = None)
     for workload in result.get("workloads") or []:
         ci = workload.get("ci95") or [None, None]
         low = _decimal(ci[0]) if len(ci) == 2 else None
-        entry = _billable(low, stable=stable, accepted=workload.get("verdict") == "accepted", trusted=sandbox_trusted(result))
+        entry = _billable(low, stable=stable, accepted=workload.get("verdict") == "accepted",
+                          trusted=sandbox_trusted(result), calibrated=runner_calibrated(result))
         workloads.append({"name": workload.get("name"), "shape": workload.get("shape"),
                           "dtype": workload.get("dtype"), **entry.as_body()})
     reasons = []
@@ -226,6 +244,8 @@ def billing_statement(result: dict[str, Any], figure: ModelFigure | None = None)
         reasons.append(_reason(NotBillable.UNSTABLE_CALIBRATION))
     if not sandbox_trusted(result) and figure.billable.reason is not NotBillable.SANDBOX_INCOMPLETE:
         reasons.append(_reason(NotBillable.SANDBOX_INCOMPLETE))
+    if not runner_calibrated(result) and figure.billable.reason is not NotBillable.RUNNER_NOT_CALIBRATED:
+        reasons.append(_reason(NotBillable.RUNNER_NOT_CALIBRATED))
     if figure.billable.reason and figure.billable.reason is not NotBillable.UNSTABLE_CALIBRATION:
         reasons.append(_reason(figure.billable.reason))
     return {
@@ -366,11 +386,14 @@ def _check_result(result: Any) -> None:
             raise ReportError(f"the run's result lacks {name!r}; the runner that wrote it is out of date")
 
 
-def _billable(low: Decimal | None, *, stable: bool, accepted: bool, trusted: bool = True) -> Billable:
+def _billable(low: Decimal | None, *, stable: bool, accepted: bool, trusted: bool = True,
+              calibrated: bool = True) -> Billable:
     if low is None:
         return Billable(None, False, NotBillable.NO_CONFIDENCE_INTERVAL)
     if not trusted:
         return Billable(low, False, NotBillable.SANDBOX_INCOMPLETE)
+    if not calibrated:
+        return Billable(low, False, NotBillable.RUNNER_NOT_CALIBRATED)
     if not stable:
         return Billable(low, False, NotBillable.UNSTABLE_CALIBRATION)
     if not accepted:

@@ -159,6 +159,16 @@ def _execute_model(run: Run, device: str, progress) -> dict:
     return {"inventory": outcome.inventory, "result": outcome.result, "artifact": outcome.artifact}
 
 
+def _record_runner_calibration(outcome: dict, worker: str) -> None:
+    """The result says how the runner that measured it calibrated (a failed calibration: no bill)."""
+    from fleet.services import runner_calibration_summary
+
+    result = outcome.get("result")
+    summary = runner_calibration_summary(hostname=worker)
+    if isinstance(result, dict) and summary is not None:
+        result.setdefault("environment", {})["runner_calibration"] = summary
+
+
 def audit_limits(profile: str, device: str) -> tuple[Any, Any]:
     """The protocol and sandbox limits an audit of a submitted candidate runs under (from settings).
 
@@ -252,6 +262,7 @@ def run_execute(self, run_id: str) -> None:
                 check_fingerprint(worker, device)
                 execute = _execute_audit if run.kind == RunKind.AUDIT else _execute_model
                 outcome = execute(run, device, progress)
+            _record_runner_calibration(outcome, worker)
             progress(0.97, "storing results", Stage.STORE)
             stored = with_retries(lambda: run_succeed(run_id=run_id, worker=worker, **outcome), what="store",
                                   run_id=run_id)

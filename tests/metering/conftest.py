@@ -52,7 +52,8 @@ def make_report(db, make_version):
     from runs.models import Run
 
     def make(org, *, hardware: str = "gpu-h100", ci_low: str = "1.25", stable: bool = True,
-             suite_version: str = "v1", supersedes=None, version=None, artifact_sha256: str | None = None):
+             suite_version: str = "v1", supersedes=None, version=None, artifact_sha256: str | None = None,
+             reasons: tuple[str, ...] = ()):
         version = version or (supersedes.run.model_version if supersedes is not None else make_version(org))
         # A re-audit measures the same artifact again; any other report a fresh one.
         artifact = artifact_sha256 or (supersedes.run.artifact_sha256 if supersedes is not None
@@ -64,6 +65,7 @@ def make_report(db, make_version):
                            "run": {"id": str(run.id)},
                            # The billing block as reports.document writes it; reconcile reads S from here.
                            "billing": {"basis": "ci95_low", "calibration_stable": stable,
+                                       "reasons": [{"code": code, "message": code} for code in reasons],
                                        "model": {"ci95_low": ci_low}}},
                           sort_keys=True, separators=(",", ":")).encode()
         return Report.objects.create(

@@ -108,3 +108,21 @@ def test_a_disputed_figure_lowered_by_its_reaudit_applies_from_the_dispute(
     # Lower: the customer was right from the day it disputed. Higher: no retroactive charge.
     assert switch.effective_from == (at("2025-01-10 00:00") if from_dispute else reaudit.created_at)
     assert deployment.report_history.count() == 2
+
+
+@pytest.mark.parametrize("code", ["runner_not_calibrated", "sandbox_incomplete"])
+def test_a_report_measured_where_figures_cannot_be_trusted_never_bills(make_org, make_contract, make_report,
+                                                                       make_deployment, billing_settings, code):
+    from metering.deployments import deployments_follow_reaudit
+    from metering.errors import BillingError
+
+    org = make_org("acme")
+    make_contract(org)
+    with pytest.raises(BillingError) as refused:
+        make_deployment(org, make_report(org, reasons=(code,)), name="prod")
+    assert refused.value.code == "report_untrusted" and code in refused.value.message
+    # Nor does a re-audit measured there take over a deployment.
+    original = make_report(org)
+    deployment = make_deployment(org, original, name="prod")
+    assert deployments_follow_reaudit(report=make_report(org, supersedes=original, reasons=(code,))) == []
+    assert list(deployment.report_history.values_list("report_id", flat=True)) == [original.pk]

@@ -218,3 +218,20 @@ def test_compare_report_recomputes_the_billed_model_figure_from_kernel_audits(tm
     # 0.5/1.5 + 0.2 (gemm rejected: 1x) + 0.3 = 0.8333: 1.2x, inside.
     assert main(["compare-report", str(report), str(measured(1.5, "rejected"))]) == 0
     assert "reproduced weighted 1.200x" in capsys.readouterr().out
+
+
+def test_calibrate_audits_the_baseline_against_itself_and_says_whether_figures_can_bill(tmp_path, capsys):
+    from runners.__main__ import main
+
+    out = tmp_path / "calibration.json"
+    code = main(["calibrate", "--profile", "cpu-ci", "--workloads", "rmsnorm", "--quiet", "--json", str(out)])
+    document = json.loads(out.read_text())
+    (row,) = document["workloads"]
+    assert document["schema"] == "dyno.calibration/1" and row["key"].startswith("rmsnorm[")
+    lo, hi = row["aa_ci95"]
+    assert row["stable"] == (1 - document["aa_tolerance"] <= lo and hi <= 1 + document["aa_tolerance"])
+    billable = document["verdict"]["billable"]
+    assert code == (0 if billable else 1) and billable == (row["stable"] and row["baseline_verdict"] == "accepted")
+    printed = capsys.readouterr().out
+    assert ("BILLABLE: " if billable else "NOT BILLABLE: ") in printed and "rmsnorm[" in printed
+    assert main(["calibrate", "--profile", "cpu-ci", "--workloads", "conv", "--json", str(out)]) == 2

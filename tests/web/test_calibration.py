@@ -1,0 +1,45 @@
+"""A runner calibrates itself when it starts (A/A audits on its own direct queue), the fleet page
+shows the verdict, and a report measured on a runner whose calibration failed does not bill."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet.models import Runner
+
+from ..conftest import wait_for
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_a_starting_runner_calibrates_itself_and_the_fleet_page_shows_it(start_worker, admin_client):
+    worker = start_worker(DYNO_RUNNER_CALIBRATION="cpu-ci", DYNO_RUNNER_CALIBRATION_WORKLOADS="rmsnorm")
+    runner = wait_for(lambda: Runner.objects.filter(hostname=worker.name, calibration__isnull=False).first(),
+                      timeout=150, interval=0.5, what="the runner's calibration")
+    calibration = runner.calibration
+    assert calibration["schema"] == "dyno.calibration/1" and calibration["profile"] == "cpu-ci"
+    (row,) = calibration["workloads"]
+    assert row["key"].startswith("rmsnorm[") and row["aa_ci95"] and row["baseline_verdict"] in ("accepted", "rejected")
+    assert calibration["verdict"]["billable"] == (row["stable"] and row["baseline_verdict"] == "accepted")
+    page = admin_client.get("/fleet").content.decode()
+    assert ("billable" if runner.calibration_billable else "not billable") in page
+    assert calibration["verdict"]["message"][:40] in page
+
+
+def test_a_result_from_a_runner_that_failed_calibration_signs_but_does_not_bill():
+    from reports.document import billing_statement, model_figure
+    from tests.reports.builders import synthetic_result
+
+    result = synthetic_result(seed=3, model=(1.3, 1.2, 1.4))
+    assert model_figure(result).billable.billable
+    result["environment"]["runner_calibration"] = {"billable": False, "profile": "cpu-ci",
+                                                   "message": "figures measured here will not bill: ..."}
+    figure = model_figure(result)
+    assert not figure.billable.billable and figure.billable.reason.value == "runner_not_calibrated"
+    # The signed billing block names it, which metering reads to refuse a deployment under it.
+    assert "runner_not_calibrated" in {r["code"] for r in billing_statement(result)["reasons"]}
+    # Passing (or never run) calibrations leave the figure alone.
+    result["environment"]["runner_calibration"]["billable"] = True
+    assert model_figure(result).billable.billable
+    del result["environment"]["runner_calibration"]
+    assert model_figure(result).billable.billable
