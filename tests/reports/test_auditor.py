@@ -292,3 +292,33 @@ def test_the_operator_appoints_auditors_who_are_not_the_customer(people):
     assert Membership.objects.get(organization=people["acme"], user__username="finance@acme.test").role == "finance"
     with pytest.raises(CommandError, match="no organization"):
         call_command("appoint_auditor", "nope", "x@y.test")
+
+
+def test_a_stored_reaudit_report_moves_the_deployment_with_no_one_switching(people, make_report, make_run, client):
+    """The chain on PostgreSQL: deploy a report's artifact; another run's report is refused; an
+    auditor's re-audit, once its report is stored, is what the deployment bills under from its date."""
+    from metering.contracts import contract_terms_from, contract_version_create
+    from metering.deployments import deployment_create
+    from metering.errors import BillingError
+    from tests.metering.conftest import TERMS
+
+    acme = people["acme"]
+    first = timezone.localdate().replace(day=1)
+    contract_version_create(organization=acme, terms=contract_terms_from(
+        {**TERMS, "prices": {"cpu": "1.00"}, "measurement_plan": {"suite_version": "1.0.0", "baseline": "eager"}}),
+        effective_from=first, actor="system:test", today=first)
+    original = make_report(acme, result=synthetic_result(seed=60, model=(1.3, 1.2, 1.4)))
+    owner = _actor("owner@acme.test")
+    deployment = deployment_create(actor=owner, organization=acme, report=original, name="prod")
+    other = make_report(acme, result=synthetic_result(seed=61, stable=False))
+    with pytest.raises(BillingError) as refused:
+        deployment_create(actor=owner, organization=acme, report=other, name="cheap")
+    assert refused.value.code == "report_unstable"
+
+    request = reaudit_request(actor=_actor("auditor@audit.test"), report=original, reason="quarterly re-audit")
+    rerun = make_run(acme, version=original.run.model_version, result=synthetic_result(seed=62, model=(1.25, 1.15, 1.3)))
+    assert reaudit_claim(request_id=request.pk, run=rerun)
+    new = report_create_for_run(run=rerun)
+    history = list(deployment.report_history.order_by("effective_from").values_list("report_id", "effective_from"))
+    assert history == [(original.pk, deployment.active_from), (new.pk, new.created_at)]
+    assert AuditEvent.objects.filter(action="deployment.report_switched", actor="system:reaudit").exists()
