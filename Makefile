@@ -3,6 +3,8 @@ PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 PORT   ?= 8000
+# Dyno starts with production settings unless DYNO_ENV=development is asked for: the tests ask
+# here, scripts/demo.sh for the demo; migrate and worker follow the environment they run in.
 # Tests use the real services: PostgreSQL and Redis on this machine unless told otherwise.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/dyno
 TEST_BROKER_URL   ?= redis://127.0.0.1:6379/15
@@ -20,13 +22,13 @@ demo: install
 
 test: install
 	bash scripts/services.sh
-	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) \
+	DYNO_ENV=development DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) \
 		$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # Unit tests only: no worker processes, no browser.
 test-fast: install
 	bash scripts/services.sh
-	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) \
+	DYNO_ENV=development DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) \
 		$(BIN)/python -m pytest -q -m "not integration and not browser" $(PYTEST_ARGS)
 
 migrate: install

@@ -19,6 +19,8 @@ from django.shortcuts import get_object_or_404
 from accounts.models import Organization
 from accounts.selectors import organization_for_actor
 from api.auth import ApiError, api_endpoint, json_body
+from api.bounded import InputRejected, day_bounded, moment_bounded
+from api.pagination import page_response
 from metering.billing import billing_run_create
 from metering.contracts import contract_data, contract_terms_from, contract_version_create
 from metering.deployments import deployment_create, deployment_data, deployment_switch_report
@@ -67,21 +69,19 @@ def _uuid(value: Any, what: str) -> uuid.UUID:
 
 def _date(value: Any, what: str) -> date:
     try:
-        return date.fromisoformat(str(value))
-    except ValueError:
-        raise ApiError(400, "invalid_field", f"{what} is a date like 2026-12-01; got {value!r}.") from None
+        return day_bounded(value, what=what)
+    except InputRejected as exc:
+        raise ApiError(400, "invalid_field", exc.message) from None
 
 
 def _moment(value: Any, what: str) -> datetime | None:
-    if value in (None, ""):
+    """An optional time (absent: None), in UTC and inside the accepted window (api/bounded.py)."""
+    if value is None or value == "":
         return None
     try:
-        moment = datetime.fromisoformat(str(value))
-    except ValueError:
-        moment = None
-    if moment is None or moment.tzinfo is None:
-        raise ApiError(400, "invalid_field", f"{what} is an RFC 3339 time with a timezone; got {value!r}.")
-    return moment
+        return moment_bounded(value, what=what)
+    except InputRejected as exc:
+        raise ApiError(400, "invalid_field", exc.message) from None
 
 
 def _period(value: Any) -> Period:
@@ -100,7 +100,7 @@ def contracts(request: HttpRequest) -> JsonResponse:
         found = contract_list(access=access)
         if organization:
             found = found.filter(organization__slug=organization)
-        return JsonResponse({"contracts": [contract_data(c) for c in found]})
+        return page_response(request, found, "contracts", contract_data)
     _operator(request)
     body = json_body(request)
     organization = get_object_or_404(Organization, slug=str(body.get("organization", "")))
@@ -120,7 +120,7 @@ def contract_detail(request: HttpRequest, contract_id: uuid.UUID) -> JsonRespons
 def deployments(request: HttpRequest) -> JsonResponse:
     actor = request.actor
     if request.method == "GET":
-        return JsonResponse({"deployments": [deployment_data(d) for d in deployment_list(access=billing_access(actor))]})
+        return page_response(request, deployment_list(access=billing_access(actor)), "deployments", deployment_data)
     body = json_body(request)
     organization = organization_for_actor(actor)
     report = get_object_or_404(Report, pk=_uuid(body.get("report"), "report"), organization=organization)
@@ -175,7 +175,7 @@ def usage_batch(request: HttpRequest) -> JsonResponse:
 def billing_runs(request: HttpRequest) -> JsonResponse:
     _operator(request)
     if request.method == "GET":
-        return JsonResponse({"billing_runs": [run_dict(r) for r in BillingRun.objects.order_by("-period")[:120]]})
+        return page_response(request, BillingRun.objects.all(), "billing_runs", run_dict)
     body = json_body(request)
     run, created = billing_run_create(period=_period(body.get("period")), actor=request.actor)
     return JsonResponse({**run_dict(run), "created": created}, status=201 if created else 200)
@@ -196,7 +196,7 @@ def invoices(request: HttpRequest) -> JsonResponse:
     found = invoice_list(access=billing_access(request.actor), status=status,
                          organization=request.GET.get("organization", ""), period=period,
                          currency=request.GET.get("currency", ""))
-    return JsonResponse({"invoices": [invoice_dict(i) for i in found[:500]]})
+    return page_response(request, found, "invoices", invoice_dict)
 
 
 @api_endpoint(methods=("GET",), scopes=READERS)
@@ -240,7 +240,8 @@ def invoice_reissue_view(request: HttpRequest, invoice_id: uuid.UUID) -> JsonRes
 def invoice_credit_notes(request: HttpRequest, invoice_id: uuid.UUID) -> JsonResponse:
     invoice = invoice_get(access=billing_access(request.actor), invoice_id=invoice_id)
     if request.method == "GET":
-        return JsonResponse({"credit_notes": [credit_note_dict(n) for n in invoice.credit_notes.order_by("created_at")]})
+        return page_response(request, invoice.credit_notes.prefetch_related("lines"), "credit_notes",
+                             credit_note_dict)
     _operator(request)
     body = json_body(request)
     lines = body.get("lines")

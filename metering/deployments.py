@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from accounts.models import Organization
 from accounts.selectors import Actor
+from api.bounded import InputRejected, instant_bounded
 from auditlog.services import actor_label, audit_record
 from metering.contracts import billed_horizon
 from metering.errors import BillingError
@@ -92,6 +93,15 @@ def _contract_at(organization_id: int, moment: datetime) -> Contract:
     return contract
 
 
+def _instant(moment: datetime, what: str) -> datetime:
+    """`moment` in UTC, refused (400) outside the window every stored instant lies in (api/bounded.py):
+    past it, converting, adding a month or reading the row back again would fail."""
+    try:
+        return instant_bounded(moment, what=what)
+    except InputRejected as exc:
+        raise BillingError("invalid_field", exc.message) from None
+
+
 def _not_before_horizon(moment: datetime) -> datetime:
     horizon = billed_horizon()
     if horizon is None:
@@ -111,9 +121,7 @@ def deployment_create(*, actor: Actor, organization: Organization, report: Repor
     name = (name or "").strip()
     if not name or len(name) > 100:
         raise BillingError("invalid_field", "a deployment needs a name of 1 to 100 characters (e.g. \"prod-eu\").")
-    moment = active_from or timezone.now()
-    if moment.tzinfo is None:
-        raise BillingError("invalid_field", "active_from needs a timezone (e.g. 2026-11-01T00:00:00Z).")
+    moment = _instant(active_from or timezone.now(), "active_from")
     if _not_before_horizon(moment) != moment:
         raise BillingError("billed_period", f"{moment:%Y-%m} is already billed; a deployment starts later.", status=409)
     contract = _contract_at(organization.pk, moment)
@@ -150,7 +158,7 @@ def deployment_switch_report(*, actor: Any, deployment: Deployment, report: Repo
     if report.run.model_version_id != deployment.model_version_id or report.hardware != deployment.hardware:
         raise BillingError("report_mismatch", f"report {report.pk} measured another model version or hardware "
                                               f"class than deployment {deployment.name} serves.")
-    moment = _not_before_horizon(effective_from or report.created_at)
+    moment = _not_before_horizon(_instant(effective_from or report.created_at, "effective_from"))
     with transaction.atomic():
         # Lock the deployment so two switches cannot interleave their "latest" checks.
         Deployment.objects.select_for_update().filter(pk=deployment.pk).first()

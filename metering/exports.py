@@ -10,7 +10,6 @@ from decimal import Decimal
 from typing import Any
 
 import pandas as pd
-from django.conf import settings
 from django.db.models import Sum
 from django.template.loader import render_to_string
 
@@ -117,7 +116,9 @@ def invoice_xlsx(invoice: Invoice) -> bytes:
 
 
 def invoice_pdf(invoice: Invoice) -> bytes:
-    from weasyprint import HTML  # imported late: loading pango takes a moment and only PDFs need it
+    # Imported late: loading pango takes a moment and only PDFs need it.
+    from weasyprint import HTML
+    from weasyprint.urls import URLFetcher
 
     credited = credited_by_line(invoice)
     lines = list(invoice.lines.select_related("record", "record__deployment").order_by("position"))
@@ -126,7 +127,9 @@ def invoice_pdf(invoice: Invoice) -> bytes:
         "credit_notes": invoice.credit_notes.order_by("created_at"), "balance": invoice_balance(invoice),
         "period": Period.of(invoice.period), "draft": invoice.status == InvoiceStatus.DRAFT,
     })
-    return HTML(string=html, base_url=str(settings.BASE_DIR)).write_pdf()
+    # The PDF fetches nothing (as the report PDF): its styles are inline, and a customer's text that
+    # became a URL could otherwise read file:// paths of this host or reach http:// ones from it.
+    return HTML(string=html, url_fetcher=URLFetcher(allowed_protocols=("data",))).write_pdf()
 
 
 def invoice_export(invoice: Invoice, fmt: str) -> bytes:

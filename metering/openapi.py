@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.openapi import _errors, _id_param, _json
+from api.openapi import _errors, _id_param, _json, page_parameters, page_schema
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -13,7 +13,8 @@ def _ref(name: str) -> dict[str, str]:
 
 
 def _list(key: str, schema: str) -> dict[str, Any]:
-    return {"type": "object", "properties": {key: {"type": "array", "items": _ref(schema)}}}
+    """One page of a list (newest first, `limit` and `cursor`: page_parameters())."""
+    return page_schema(key, _ref(schema))
 
 
 def _body(schema: dict[str, Any]) -> dict[str, Any]:
@@ -29,9 +30,11 @@ def metering_paths() -> dict[str, Any]:
     invoice_id = _id_param("invoice_id")
     return {
         "/contracts": {
-            "get": {"summary": "Contract versions you may read (a customer: its own)",
-                    "parameters": [{"name": "organization", "in": "query", "schema": {"type": "string"}}],
-                    "responses": {"200": _json(_list("contracts", "Contract"), "contracts"), **_errors(401, 403)}},
+            "get": {"summary": "Contract versions you may read (a customer: its own), newest first",
+                    "parameters": [{"name": "organization", "in": "query", "schema": {"type": "string"}},
+                                   *page_parameters()],
+                    "responses": {"200": _json(_list("contracts", "Contract"), "contracts"),
+                                  **_errors(400, 401, 403)}},
             "post": {"summary": "Add a contract version from the first day of a month." + FINANCE,
                      "requestBody": _body(_ref("ContractRequest")),
                      "responses": {"201": _json(_ref("Contract"), "the new version"),
@@ -40,8 +43,10 @@ def metering_paths() -> dict[str, Any]:
         "/contracts/{contract_id}": {"get": {"summary": "One contract version", "parameters": [
             _id_param("contract_id")], "responses": {"200": _json(_ref("Contract"), "contract"), **_errors(401, 404)}}},
         "/deployments": {
-            "get": {"summary": "Your deployments with their report history",
-                    "responses": {"200": _json(_list("deployments", "Deployment"), "deployments"), **_errors(401)}},
+            "get": {"summary": "Your deployments with their report history, newest first",
+                    "parameters": page_parameters(),
+                    "responses": {"200": _json(_list("deployments", "Deployment"), "deployments"),
+                                  **_errors(400, 401)}},
             "post": {"summary": "Deploy the artifact a signed report measured (customer keys)",
                      "requestBody": _body({"type": "object", "required": ["report", "name"], "properties": {
                          "report": {"type": "string", "format": "uuid"}, "name": {"type": "string"},
@@ -69,8 +74,9 @@ def metering_paths() -> dict[str, Any]:
             "responses": {"200": _json(_ref("UsageBatchResult"), "one result per event, in order"),
                           **_errors(400, 401, 403)}}},
         "/billing-runs": {
-            "get": {"summary": "Billing runs, newest first." + FINANCE,
-                    "responses": {"200": _json(_list("billing_runs", "BillingRun"), "runs"), **_errors(401, 403)}},
+            "get": {"summary": "Billing runs, newest first." + FINANCE, "parameters": page_parameters(),
+                    "responses": {"200": _json(_list("billing_runs", "BillingRun"), "runs"),
+                                  **_errors(400, 401, 403)}},
             "post": {"summary": "Bill a month once (a rerun returns the existing run, 200)." + FINANCE,
                      "requestBody": _body({"type": "object", "required": ["period"], "properties": {"period": PERIOD}}),
                      "responses": {"201": _json(_ref("BillingRun"), "the run"), "200": _json(_ref("BillingRun"),
@@ -80,10 +86,11 @@ def metering_paths() -> dict[str, Any]:
         "/billing-runs/{run_id}": {"get": {"summary": "A billing run." + FINANCE, "parameters": [_id_param("run_id")],
                                            "responses": {"200": _json(_ref("BillingRun"), "run"),
                                                          **_errors(401, 403, 404)}}},
-        "/invoices": {"get": {"summary": "Invoices you may read (a customer: its own, once finalized)",
-                              "parameters": [{"name": n, "in": "query", "schema": s} for n, s in (
+        "/invoices": {"get": {"summary": "Invoices you may read (a customer: its own, once finalized), newest first",
+                              "parameters": [*({"name": n, "in": "query", "schema": s} for n, s in (
                                   ("status", {"enum": ["draft", "finalized", "void"]}), ("period", PERIOD),
-                                  ("organization", {"type": "string"}), ("currency", {"type": "string"}))],
+                                  ("organization", {"type": "string"}), ("currency", {"type": "string"}))),
+                                  *page_parameters()],
                               "responses": {"200": _json(_list("invoices", "Invoice"), "invoices"),
                                             **_errors(400, 401)}}},
         "/invoices/{invoice_id}": {"get": {"summary": "An invoice with its lines, billing records and credit notes",
@@ -107,9 +114,10 @@ def metering_paths() -> dict[str, Any]:
             "responses": {"201": _json(_ref("Invoice"), "the corrective invoice"),
                           **_errors(400, 401, 403, 404, 409)}}},
         "/invoices/{invoice_id}/credit-notes": {
-            "get": {"summary": "Credit notes of an invoice", "parameters": [invoice_id],
+            "get": {"summary": "Credit notes of an invoice, newest first",
+                    "parameters": [invoice_id, *page_parameters()],
                     "responses": {"200": _json(_list("credit_notes", "CreditNote"), "credit notes"),
-                                  **_errors(401, 404)}},
+                                  **_errors(400, 401, 404)}},
             "post": {"summary": "Credit a finalized invoice in full or per line." + FINANCE, "parameters": [invoice_id],
                      "requestBody": _body({"type": "object", "required": ["reason_code"], "properties": {
                          "reason_code": {"enum": ["billing_error", "report_dispute", "service_credit", "duplicate",

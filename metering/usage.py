@@ -21,6 +21,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from api.bounded import InputRejected, moment_bounded
 from metering.models import Deployment, UsageEvent
 
 MAX_EVENTS = 1000
@@ -82,15 +83,12 @@ def payload_digest(*, deployment: str, occurred_at: datetime, gpu_hours: Decimal
 
 
 def _timestamp(value: Any, *, oldest: datetime, newest: datetime) -> datetime:
-    if not isinstance(value, str):
-        raise _Rejected(Rejection.INVALID_TIMESTAMP, "timestamp is an RFC 3339 string such as 2026-11-03T14:00:00Z.")
+    """The event's instant in UTC (parsed and converted inside api.bounded's guard), then inside
+    the ingestion window."""
     try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise _Rejected(Rejection.INVALID_TIMESTAMP,
-                        f"timestamp {value[:40]!r} is not RFC 3339; send e.g. 2026-11-03T14:00:00Z.") from None
-    if moment.tzinfo is None:
-        raise _Rejected(Rejection.INVALID_TIMESTAMP, f"timestamp {value[:40]!r} has no timezone; add Z or +00:00.")
+        moment = moment_bounded(value, what="timestamp")
+    except InputRejected as exc:
+        raise _Rejected(Rejection.INVALID_TIMESTAMP, exc.message) from None
     if moment < oldest:
         raise _Rejected(Rejection.TIMESTAMP_TOO_OLD,
                         f"timestamp {value} is more than {MAX_AGE.days} days old; such usage is no longer accepted.")

@@ -2,7 +2,9 @@
 # `make demo`: migrate, seed the demo org, start a real Celery worker and the web server.
 # Embedded defaults (SQLite and a filesystem broker under var/); DATABASE_URL and
 # CELERY_BROKER_URL are honoured when set. Stays in the foreground until Ctrl-C.
+# Development settings, asked for explicitly (Dyno's default is production), on loopback only.
 set -euo pipefail
+export DYNO_ENV=development
 cd "$(dirname "$0")/.."
 PORT=${PORT:-8000}
 BIN=.venv/bin

@@ -1,4 +1,5 @@
-"""Organizations, who belongs to them in which role, their API keys, and sign-in failures.
+"""Organizations, who belongs to them in which role, their API keys, sign-in failures, and the
+fixed-window counters behind throttles and quotas.
 
 Every org-owned object hangs off an Organization; selectors filter by it (see selectors.py).
 """
@@ -63,8 +64,25 @@ class ApiKey(models.Model):
 
 
 class SigninFailure(models.Model):
-    """One failed sign-in; counted per username and per address inside the lock-out window."""
+    """One failed sign-in; counted per username and per address inside the lock-out window.
+
+    `device` is set when the browser proved this username at an earlier sign-in (a signed cookie):
+    its failures lock that device only, never the account for everyone else."""
 
     username = models.CharField(max_length=254, db_index=True)
     address = models.GenericIPAddressField(null=True, blank=True, db_index=True)
+    device = models.CharField(max_length=32, blank=True, default="")
     at = models.DateTimeField(db_index=True)
+
+
+class WindowCounter(models.Model):
+    """A fixed-window count under one key: an address's posts to a public form in a minute, an
+    organization's upload bytes in a UTC day. Written only by accounts.throttle.window_take."""
+
+    key = models.CharField(max_length=200)
+    window_start = models.DateTimeField()
+    expires_at = models.DateTimeField(db_index=True)
+    count = models.BigIntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["key", "window_start"], name="windowcounter_key_window")]

@@ -1,17 +1,21 @@
-"""Writes for accounts: organizations, members, API keys, sign-in lock-out."""
+"""Writes for accounts: organizations, members, API keys, sign-in lock-out (per account, per
+address, per proven device)."""
 
 from __future__ import annotations
 
 import hashlib
 import secrets
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from accounts.models import ApiKey, Membership, Organization, Role, Scope, SigninFailure
+from accounts.throttle import SigninLocked, wait_phrase
 from auditlog.services import audit_record
 
 KEY_PREFIX = "dyno"
@@ -109,21 +113,75 @@ def api_key_authenticate(raw: str) -> ApiKey | None:
     return key
 
 
-def signin_locked(*, username: str, address: str | None) -> bool:
-    since = timezone.now() - timedelta(seconds=settings.DYNO_SIGNIN_LOCKOUT_SECONDS)
-    recent = SigninFailure.objects.filter(at__gte=since)
-    limit = settings.DYNO_SIGNIN_MAX_FAILURES
-    if recent.filter(username=username.strip().lower()).count() >= limit:
-        return True
-    return bool(address) and recent.filter(address=address).count() >= limit * 4
+@dataclass(frozen=True)
+class SigninAttempt:
+    """One sign-in attempt: the username as typed (trimmed, lower case), the client's address, and
+    the id of this browser's device proof for that username ("" when it has none)."""
+
+    username: str
+    address: str | None
+    device: str = ""
 
 
-def signin_failed(*, username: str, address: str | None) -> None:
-    SigninFailure.objects.create(username=username.strip().lower()[:254], address=address, at=timezone.now())
-    audit_record(action="signin.failed", actor="anonymous", target=f"username:{username.strip().lower()[:100]}",
-                 data={"address": address})
+def _lockout_window_start(now: datetime) -> datetime:
+    return now - timedelta(seconds=settings.DYNO_SIGNIN_LOCKOUT_SECONDS)
 
 
-def signin_succeeded(*, user, address: str | None) -> None:
-    SigninFailure.objects.filter(username=user.get_username()).delete()
-    audit_record(action="signin.succeeded", actor=user, data={"address": address})
+def _lock_lifts_in(failures, *, limit: int, now: datetime) -> float | None:
+    """Seconds until fewer than `limit` of `failures` lie inside the window; None if fewer already."""
+    times = list(failures.order_by("-at").values_list("at", flat=True)[:limit])
+    if len(times) < limit:
+        return None
+    return (times[-1] + timedelta(seconds=settings.DYNO_SIGNIN_LOCKOUT_SECONDS) - now).total_seconds()
+
+
+def signin_refusal(*, attempt: SigninAttempt) -> SigninLocked | None:
+    """Why this attempt is refused before its password is checked, or None.
+
+    DYNO_SIGNIN_MAX_FAILURES failures on one username inside the window, from clients that never
+    proved it, lock that account for all of them, whatever their address: password guessing stops
+    there. A browser that signed in to the account before (`attempt.device`) is not locked out by
+    those failures; its own failures lock it alone."""
+    now = timezone.now()
+    failures = SigninFailure.objects.filter(at__gte=_lockout_window_start(now), username=attempt.username,
+                                            device=attempt.device)
+    wait = _lock_lifts_in(failures, limit=settings.DYNO_SIGNIN_MAX_FAILURES, now=now)
+    if wait is None:
+        return None
+    return SigninLocked(f"Too many failed sign-ins for this account. Try again {wait_phrase(wait, now=now)}, "
+                        "or ask an owner to reset your password.", retry_after=wait)
+
+
+def signin_failed(*, attempt: SigninAttempt) -> SigninLocked | None:
+    """Record a wrong password. Returns the refusal to answer with instead of "do not match" when
+    the client's address is locked.
+
+    An address is locked after DYNO_SIGNIN_ADDRESS_MAX_FAILURES failures from clients without a
+    device proof, on any usernames, inside the window. Only failing attempts are refused there: the
+    password is still checked, so a real user behind the same address (the proxy, an office) signs
+    in with the right one while a flood of made-up names goes on, and the flood learns nothing but
+    429s. Each failure also counts towards its username's lock."""
+    now = timezone.now()
+    SigninFailure.objects.create(username=attempt.username, address=attempt.address, device=attempt.device, at=now)
+    SigninFailure.objects.filter(at__lt=_lockout_window_start(now)).delete()  # nothing older is ever counted
+    audit_record(action="signin.failed", actor="anonymous", target=f"username:{attempt.username[:100]}",
+                 data={"address": attempt.address, "proven_device": bool(attempt.device)})
+    if not attempt.address or attempt.device:
+        return None
+    limit = settings.DYNO_SIGNIN_ADDRESS_MAX_FAILURES
+    failures = SigninFailure.objects.filter(at__gte=_lockout_window_start(now), address=attempt.address, device="")
+    if failures.count() <= limit:  # this failure and `limit` before it lock the address
+        return None
+    wait = _lock_lifts_in(failures, limit=limit, now=now) or 1.0
+    return SigninLocked(f"Too many failed sign-ins from your network. Try again {wait_phrase(wait, now=now)}.",
+                        retry_after=wait)
+
+
+def signin_succeeded(*, user, attempt: SigninAttempt) -> None:
+    """The client proved the account: its own failures on it are forgotten (another client's still
+    count, so a guesser gains nothing when the real user signs in)."""
+    own = Q(address=attempt.address, device="")
+    if attempt.device:
+        own |= Q(device=attempt.device)
+    SigninFailure.objects.filter(own, username=user.get_username().strip().lower()).delete()
+    audit_record(action="signin.succeeded", actor=user, data={"address": attempt.address})

@@ -1,39 +1,34 @@
-"""Bearer API-key authentication and JSON errors for every endpoint under /api/v1/."""
+"""Bearer API-key authentication for every endpoint under /api/v1/, and its JSON bodies read
+within bounds. What a view raises becomes the JSON error contract of api/errors.py."""
 
 from __future__ import annotations
 
 import functools
-import json
-import logging
 from typing import Any, Callable
 
-from django.http import Http404, HttpRequest, JsonResponse
+from django.http import HttpRequest
 from django.views.decorators.csrf import csrf_exempt
 
 from accounts.selectors import Actor, actor_for_key
 from accounts.services import api_key_authenticate
+from api.bounded import content_length, json_object_bounded
+from api.errors import ApiError, error_response, exception_response
 
-log = logging.getLogger(__name__)
+__all__ = ["ApiError", "api_endpoint", "error_response", "json_body", "JSON_BODY_MAX_BYTES"]
 
-
-class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-
-
-def error_response(status: int, code: str, message: str) -> JsonResponse:
-    return JsonResponse({"error": {"code": code, "message": message}}, status=status)
+# The largest JSON body any endpoint needs: a full usage batch is ~0.4 MiB (the audit endpoint sets
+# its own, smaller cap). Below DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB), past which Django refuses.
+JSON_BODY_MAX_BYTES = 2 * 2**20
 
 
-def json_body(request: HttpRequest) -> dict[str, Any]:
-    try:
-        body = json.loads(request.body or b"{}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ApiError(400, "invalid_json", f"The request body is not valid JSON ({exc}).") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "invalid_json", "The request body must be a JSON object.")
-    return body
+def json_body(request: HttpRequest, *, max_bytes: int = JSON_BODY_MAX_BYTES) -> dict[str, Any]:
+    """The request's JSON object; refused (413) from its Content-Length before a byte is read when
+    it is over `max_bytes`, and (400) when it is not JSON or nests too deep."""
+    declared = content_length(request.META)
+    if declared is not None and declared > max_bytes:
+        raise ApiError(413, "request_too_large", f"The request body is {declared:,} bytes; this endpoint reads "
+                                                 f"at most {max_bytes:,}. Send less (e.g. split a batch).")
+    return json_object_bounded(request.body or b"{}", max_bytes=max_bytes, what="The request body")
 
 
 def _authenticate(request: HttpRequest) -> Actor:
@@ -52,15 +47,18 @@ def _authenticate(request: HttpRequest) -> Actor:
 
 def api_endpoint(*, methods: tuple[str, ...], scopes: tuple[str, ...] | None = ("customer",),
                  public: bool = False) -> Callable:
-    """Authenticate, check method and scope, and turn errors into JSON. `request.actor` is set."""
+    """Authenticate, check method and scope, and turn whatever the view raises into a JSON error
+    (api/errors.py). `request.actor` is set."""
 
     def decorate(view: Callable) -> Callable:
         @csrf_exempt
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any):
+            if request.method not in methods:
+                response = error_response(405, "method_not_allowed", f"Use {' or '.join(methods)} here.")
+                response["Allow"] = ", ".join(methods)
+                return response
             try:
-                if request.method not in methods:
-                    raise ApiError(405, "method_not_allowed", f"Use {' or '.join(methods)} here.")
                 if not public:
                     request.actor = _authenticate(request)
                     if scopes is not None and request.actor.api_key.scope not in scopes:
@@ -68,10 +66,8 @@ def api_endpoint(*, methods: tuple[str, ...], scopes: tuple[str, ...] | None = (
                                        f"This endpoint needs a key with scope {' or '.join(scopes)}; "
                                        f"this key's scope is {request.actor.api_key.scope}.")
                 return view(request, *args, **kwargs)
-            except ApiError as exc:
-                return error_response(exc.status, exc.code, exc.message)
-            except Http404:
-                return error_response(404, "not_found", "No such object.")
+            except Exception as exc:  # every status answers with the JSON contract, our bugs logged
+                return exception_response(request, exc)
 
         return wrapper
 

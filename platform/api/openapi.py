@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from api.pagination import DEFAULT_LIMIT, MAX_LIMIT
+
 ERROR = {"$ref": "#/components/schemas/Error"}
 
 
@@ -13,12 +15,31 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 def _errors(*statuses: int) -> dict[str, Any]:
     text = {400: "bad input", 401: "missing, unknown or revoked key", 403: "key scope not allowed",
-            404: "no such object in your organization", 409: "conflicting state"}
+            404: "no such object in your organization", 409: "conflicting state",
+            413: "request body over this endpoint's cap (judged from Content-Length, before it is read)"}
     return {str(s): _json(ERROR, text[s]) for s in statuses}
 
 
 def _id_param(name: str) -> dict[str, Any]:
     return {"name": name, "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
+
+
+def page_parameters() -> list[dict[str, Any]]:
+    """The query parameters of every list (api/pagination.py): newest first by (created_at, id)."""
+    return [
+        {"name": "limit", "in": "query", "description": "rows on this page",
+         "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}},
+        {"name": "cursor", "in": "query", "description": "the previous page's `next`, unchanged; leave it out "
+                                                          "for the first page",
+         "schema": {"type": "string"}},
+    ]
+
+
+def page_schema(key: str, items: dict[str, Any]) -> dict[str, Any]:
+    """A page of a list: its rows under `key` and the cursor of the next page."""
+    return {"type": "object", "required": [key, "next"], "properties": {
+        key: {"type": "array", "items": items},
+        "next": {"type": ["string", "null"], "description": "pass as `cursor` for the next page; null on the last"}}}
 
 
 def openapi_document() -> dict[str, Any]:
@@ -29,14 +50,17 @@ def openapi_document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "Dyno API", "version": "1",
-                 "description": "Upload models, run audited optimizations, read results."},
+                 "description": "Upload models, run audited optimizations, read results. Every error, whatever "
+                                "its status (404, 405, 413 and 500 included), is JSON: "
+                                "{\"error\": {\"code\", \"message\"}}."},
         "servers": [{"url": "/api/v1"}],
         "security": [{"bearer": []}],
         "paths": {
             "/models": {
-                "get": {"summary": "List your organization's models",
-                        "responses": {"200": _json({"type": "object", "properties": {
-                            "models": {"type": "array", "items": ref("Model")}}}, "models"), **_errors(401)}},
+                "get": {"summary": "Your organization's models, newest first",
+                        "parameters": page_parameters(),
+                        "responses": {"200": _json(page_schema("models", ref("Model")), "models"),
+                                      **_errors(400, 401)}},
                 "post": {"summary": "Upload a model version (HF folder files, a config.json alone, or one zip)",
                          "requestBody": {"content": {"multipart/form-data": {"schema": {
                              "type": "object", "required": ["name", "files"],
@@ -44,7 +68,7 @@ def openapi_document() -> dict[str, Any]:
                                             "files": {"type": "array", "items": {"type": "string",
                                                                                  "format": "binary"}}}}}}},
                          "responses": {"201": _json(ref("ModelVersion"), "the new version"),
-                                       **_errors(400, 401, 403)}},
+                                       **_errors(400, 401, 403, 413)}},
             },
             "/models/{model_id}": {"get": {"summary": "A model with its versions",
                                            "parameters": [_id_param("model_id")],
@@ -56,11 +80,12 @@ def openapi_document() -> dict[str, Any]:
                                                                    **_errors(401, 404)}}},
             "/runs": {
                 "get": {"summary": "Your organization's runs, newest first",
-                        "responses": {"200": _json({"type": "object", "properties": {
-                            "runs": {"type": "array", "items": ref("Run")}}}, "runs"), **_errors(401)}},
+                        "parameters": page_parameters(),
+                        "responses": {"200": _json(page_schema("runs", ref("Run")), "runs"), **_errors(400, 401)}},
                 "post": {"summary": "Start a run of a model version on a hardware class",
                          "requestBody": {"content": {"application/json": {"schema": ref("RunRequest")}}},
-                         "responses": {"201": _json(ref("Run"), "the queued run"), **_errors(400, 401, 403, 404)}},
+                         "responses": {"201": _json(ref("Run"), "the queued run"),
+                                       **_errors(400, 401, 403, 404, 413)}},
             },
             "/runs/{run_id}": {"get": {"summary": "A run's status, stage, progress, log and result",
                                        "parameters": [_id_param("run_id")],
@@ -82,7 +107,8 @@ def openapi_document() -> dict[str, Any]:
                                                                    "hardware": {"type": "string"},
                                                                    "profile": {"type": "string"},
                                                                    "source": {"type": "string"}}}}}},
-                "responses": {"201": _json(ref("Run"), "the queued audit run"), **_errors(400, 401, 403)}}},
+                "responses": {"201": _json(ref("Run"), "the queued audit run"),
+                              **_errors(400, 401, 403, 413)}}},
             "/audits/{run_id}": {"get": {"summary": "An audit's status, verdict and per-check result",
                                          "parameters": [_id_param("run_id")],
                                          "responses": {"200": _json(ref("Run"), "audit run"), **_errors(401, 404)}}},

@@ -30,6 +30,8 @@ def model_dict(model: Model, *, with_versions: bool = False) -> dict[str, Any]:
 
 
 def run_dict(run: Run, *, with_events: bool = False) -> dict[str, Any]:
+    # Not the worker: its node name is the runner's hostname, which customers have no use for and
+    # an attacker would (the fleet page shows it to staff).
     data: dict[str, Any] = {
         "id": str(run.id), "kind": run.kind,
         "model_version": str(run.model_version_id) if run.model_version_id else None,
@@ -37,7 +39,7 @@ def run_dict(run: Run, *, with_events: bool = False) -> dict[str, Any]:
         "verdict": run.verdict or None, "hardware": run.hardware,
         "profile": run.profile, "batch": run.batch, "seq": run.seq, "status": run.status,
         "stage": run.stage, "progress": round(run.progress, 4), "error": run.error or None,
-        "worker": run.worker or None, "created_at": run.created_at.isoformat(),
+        "created_at": run.created_at.isoformat(),
         "started_at": run.started_at.isoformat() if run.started_at else None,
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
         "links": {"self": reverse("api:run-detail", args=[run.id]),

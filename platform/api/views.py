@@ -8,20 +8,30 @@ from django.http import HttpRequest, JsonResponse
 
 from accounts.selectors import organization_for_actor
 from api.auth import ApiError, api_endpoint, json_body
+from api.bounded import content_length
 from api.openapi import openapi_document
+from api.pagination import page_response
 from api.serializers import model_dict, model_version_dict, run_dict
 from catalog.selectors import model_get, model_list, model_version_get
 from catalog.services import NamedUpload, model_version_upload
 from catalog.validation import UploadRejected
 from runs.selectors import run_get, run_list
-from runs.services import RunRejected, audit_start, run_cancel, run_start
+from runs.services import MAX_CANDIDATE_BYTES, RunRejected, audit_start, run_cancel, run_start
+
+# The whole request of an audit: one candidate module escaped as a JSON string (\uXXXX for non-ASCII
+# text triples its size at most) or framed as multipart, plus a few short fields. Checked against
+# Content-Length before anything is read.
+AUDIT_REQUEST_MAX_BYTES = 3 * MAX_CANDIDATE_BYTES + 64 * 1024
 
 
-def _uuid(value: str, what: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(str(value))
-    except ValueError:
-        raise ApiError(400, "invalid_id", f"{what} must be an id like 0f8c...; got {value!r}.") from None
+def _uuid(value: object, what: str) -> uuid.UUID:
+    if isinstance(value, str):
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            pass
+    raise ApiError(400, "invalid_id", f"{what} must be an id (a string) like 0f8c2d1e-5b7a-4c1e-9a3b-2d4e6f8a0b1c; "
+                                      f"got {str(value)[:60]!r}.")
 
 
 @api_endpoint(methods=("GET",), public=True)
@@ -33,7 +43,7 @@ def openapi(request: HttpRequest) -> JsonResponse:
 def models(request: HttpRequest) -> JsonResponse:
     actor = request.actor
     if request.method == "GET":
-        return JsonResponse({"models": [model_dict(m) for m in model_list(actor=actor)]})
+        return page_response(request, model_list(actor=actor), "models", model_dict)
     files = request.FILES.getlist("files")
     uploads = [NamedUpload(path=f.name, file=f) for f in files]
     try:
@@ -59,7 +69,8 @@ def model_version_detail(request: HttpRequest, version_id: uuid.UUID) -> JsonRes
 def runs(request: HttpRequest) -> JsonResponse:
     actor = request.actor
     if request.method == "GET":
-        return JsonResponse({"runs": [run_dict(r) for r in run_list(actor=actor)[:200]]})
+        # One query for the page's runs and one for their workload rows, whatever the page's size.
+        return page_response(request, run_list(actor=actor).prefetch_related("workload_results"), "runs", run_dict)
     body = json_body(request)
     if "model_version" not in body or "hardware" not in body:
         raise ApiError(400, "missing_field", "Send model_version (an id) and hardware (e.g. \"cpu\").")
@@ -94,18 +105,26 @@ def run_cancel_view(request: HttpRequest, run_id: uuid.UUID) -> JsonResponse:
 
 @api_endpoint(methods=("POST",))
 def audits(request: HttpRequest) -> JsonResponse:
-    """Bring your own kernel: multipart (`candidate` file) or JSON (`source` text)."""
+    """Bring your own kernel: multipart (`candidate` file) or JSON (`source` text). Sizes are
+    checked before the body is read: the request's Content-Length, then the file's."""
     actor = request.actor
+    declared = content_length(request.META)
+    if declared is not None and declared > AUDIT_REQUEST_MAX_BYTES:
+        raise _candidate_too_large(f"The request is {declared:,} bytes (at most {AUDIT_REQUEST_MAX_BYTES:,} "
+                                   "are read)")
     if request.content_type == "application/json":
-        body = json_body(request)
+        body = json_body(request, max_bytes=AUDIT_REQUEST_MAX_BYTES)
         source = body.get("source")
     else:
         body = request.POST
         upload = request.FILES.get("candidate")
+        if upload is not None and upload.size > MAX_CANDIDATE_BYTES:
+            raise _candidate_too_large(f"The candidate file is {upload.size:,} bytes")
         try:
-            source = upload.read().decode("utf-8") if upload else None
+            source = upload.read(MAX_CANDIDATE_BYTES + 1).decode("utf-8") if upload else None
         except UnicodeDecodeError:
-            raise ApiError(400, "invalid_candidate", "The candidate file is not UTF-8 text.") from None
+            raise ApiError(400, "invalid_candidate", "The candidate file is not UTF-8 text; save the module "
+                                                     "as UTF-8.") from None
     if not isinstance(source, str) or "workload" not in body:
         raise ApiError(400, "missing_field", "Send workload (a suite workload name) and the candidate module "
                                              "(multipart file `candidate`, or JSON string `source`).")
@@ -116,3 +135,9 @@ def audits(request: HttpRequest) -> JsonResponse:
     except RunRejected as exc:
         raise ApiError(400, "audit_rejected", str(exc)) from None
     return JsonResponse(run_dict(run), status=201)
+
+
+def _candidate_too_large(what: str) -> ApiError:
+    return ApiError(413, "candidate_too_large", f"{what}; a candidate module is at most "
+                                                f"{MAX_CANDIDATE_BYTES // 1024} KiB. Keep generated tables out of "
+                                                "it and send the module alone.")

@@ -1,7 +1,9 @@
 """The append-only, hash-chained audit log of security- and money-relevant events.
 
-Each event's hash covers its content and the previous event's hash, so any edit or deletion
-breaks the chain; `manage.py verify_auditlog` checks it. PostgreSQL refuses UPDATE and DELETE.
+Each event's digest covers its content and the previous event's digest, so any edit or deletion
+breaks the chain; since migration 0004 the digest is an HMAC under a key kept outside the database
+(auditlog/chain.py, keys.py), so rewriting the chain needs that key too. `manage.py
+verify_auditlog` checks it. PostgreSQL refuses UPDATE and DELETE.
 """
 
 from django.db import models
@@ -17,6 +19,8 @@ class AuditEvent(models.Model):
     data = models.JSONField(default=dict)
     prev_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64, unique=True)
+    # auditlog.chain: 1 = SHA-256 (events written before the log was keyed), 2 = HMAC-SHA256.
+    scheme = models.PositiveSmallIntegerField(default=1)
 
     class Meta:
         ordering = ["seq"]

@@ -15,9 +15,11 @@ from typing import Iterable, Protocol
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Max
+from django.utils import timezone
 
 from accounts.models import Organization
 from accounts.selectors import Actor
+from accounts.throttle import QuotaExceeded, wait_phrase, window_bounds, window_take, window_used
 from auditlog.services import audit_record
 from catalog.models import Model, ModelFile, ModelVersion
 from catalog.validation import (
@@ -56,6 +58,40 @@ def upload_limits() -> UploadLimits:
         max_zip_ratio=200.0,
         max_zip_entries=settings.DYNO_UPLOAD_MAX_FILES,
     )
+
+
+_DAY_SECONDS = 86400
+
+
+def _upload_quota_key(organization_id: int) -> str:
+    return f"upload-bytes:org:{organization_id}"
+
+
+def _upload_quota_refusal(*, organization_id: int, nbytes: int) -> QuotaExceeded:
+    limit = settings.DYNO_QUOTA_UPLOAD_BYTES_PER_DAY
+    used = window_used(key=_upload_quota_key(organization_id), seconds=_DAY_SECONDS)
+    wait = (window_bounds(seconds=_DAY_SECONDS)[1] - timezone.now()).total_seconds()
+    return QuotaExceeded(
+        f"This upload ({nbytes:,} bytes) would pass your organization's upload quota of {limit:,} bytes a "
+        f"day (UTC): {used:,} bytes were received today, accepted or not. Try again {wait_phrase(wait)}, "
+        "or ask Dyno's operators for a larger quota.", retry_after=wait)
+
+
+def upload_quota_check(*, organization_id: int, nbytes: int, slack: int = 0) -> None:
+    """Refuse (QuotaExceeded) an upload of `nbytes` that today's quota cannot hold, give or take
+    `slack`; counts nothing. dyno.guards asks this from a request's Content-Length, unread."""
+    used = window_used(key=_upload_quota_key(organization_id), seconds=_DAY_SECONDS)
+    if used + max(nbytes - slack, 1) > settings.DYNO_QUOTA_UPLOAD_BYTES_PER_DAY:
+        raise _upload_quota_refusal(organization_id=organization_id, nbytes=nbytes)
+
+
+def upload_quota_charge(*, organization_id: int, uploads: list[NamedUpload]) -> None:
+    """Count an upload's bytes against the organization's quota for the UTC day, accepted or not
+    (received bytes cost bandwidth, disk and hashing either way); a refused one counts nothing."""
+    nbytes = sum(upload.file.size for upload in uploads)
+    if window_take(key=_upload_quota_key(organization_id), amount=nbytes,
+                   limit=settings.DYNO_QUOTA_UPLOAD_BYTES_PER_DAY, seconds=_DAY_SECONDS) is not None:
+        raise _upload_quota_refusal(organization_id=organization_id, nbytes=nbytes)
 
 
 def _normalise_name(raw: str) -> str:
@@ -113,6 +149,7 @@ def model_version_upload(*, actor: Actor, organization: Organization, model_name
     model_name = (model_name or "").strip()
     if not model_name or len(model_name) > 200:
         raise UploadRejected("bad_name", "Give the model a name of 1 to 200 characters.")
+    upload_quota_charge(organization_id=organization.pk, uploads=uploads)
     limits = upload_limits()
     media = Path(settings.MEDIA_ROOT)
     staging = media / "staging" / uuid.uuid4().hex

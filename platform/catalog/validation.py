@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
+import logging
 import os
 import re
 import stat
@@ -24,6 +24,10 @@ from enum import StrEnum
 from math import prod
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
+
+from api.bounded import InputRejected, json_loads_bounded
+
+log = logging.getLogger(__name__)
 
 # Validation never touches the network; set before transformers is (lazily) imported.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -50,6 +54,8 @@ class RejectCode(StrEnum):
     UNKNOWN_ARCHITECTURE = "unknown_architecture"
     CUSTOM_CODE = "custom_code"
     INVALID_CONFIG = "invalid_config"
+    NAME_TOO_LONG = "name_too_long"
+    DUPLICATE_FILE = "duplicate_file"
 
 
 class UploadRejected(Exception):
@@ -139,8 +145,13 @@ _OS_JUNK_FILES = frozenset({".DS_Store", "Thumbs.db"})
 _CONFIG_MAX_BYTES = 4 * 2**20
 _JSON_MAX_BYTES = 64 * 2**20  # tokenizer.json of a 250k vocabulary is ~30 MiB
 _SAFETENSORS_HEADER_MAX = 100_000_000  # the safetensors library's own limit
+_MAX_DIMS = 64  # real tensors have at most 8; a longer shape is an attack on prod()
 _RATIO_FLOOR_BYTES = 2**20  # smaller entries cannot do harm whatever their ratio
 _CHUNK = 2**20
+# What Linux file systems take: 255 bytes per name; a relative path far below PATH_MAX.
+MAX_NAME_BYTES = 255
+MAX_PATH_BYTES = 1024
+_SHOWN_CHARS = 80
 
 _CONVERT_HINT = (
     "Convert it in a trusted environment: load the model with transformers and save it with "
@@ -163,23 +174,61 @@ def _allowed_summary() -> str:
 _DRIVE = re.compile(r"^[A-Za-z]:")
 
 
+def _shown(name: str) -> str:
+    """A name as messages quote it: repr, and cut short (a hostile name can be megabytes)."""
+    return repr(name if len(name) <= _SHOWN_CHARS else name[:_SHOWN_CHARS] + "...")
+
+
 def safe_relative_path(name: str, *, code: str = RejectCode.UNSAFE_PATH) -> PurePosixPath:
     """An uploaded or archived name as a relative path that cannot leave its folder.
 
     Backslashes count as separators (zips made on Windows use them); absolute names, drive letters,
-    `..` components and control characters are refused with `code`.
+    `..` components and control characters are refused with `code`; names the file system cannot
+    hold (over MAX_NAME_BYTES per part or MAX_PATH_BYTES in all, or not UTF-8) with `name_too_long`
+    or `code`, before anything is written.
     """
     if not name or any(ord(ch) < 0x20 for ch in name):
-        raise UploadRejected(code, f"file name {name!r} is empty or holds control characters; rename the file")
+        raise UploadRejected(code, f"file name {_shown(name)} is empty or holds control characters; rename the file")
+    try:
+        encoded_length = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise UploadRejected(code, f"file name {_shown(name)} is not valid Unicode text; rename the file") from None
+    if encoded_length > MAX_PATH_BYTES:
+        raise UploadRejected(RejectCode.NAME_TOO_LONG, f"file name {_shown(name)} is {encoded_length:,} bytes long "
+                                                       f"(UTF-8); at most {MAX_PATH_BYTES:,} are accepted: rename it")
     normalized = name.replace("\\", "/")
     if normalized.startswith("/") or _DRIVE.match(normalized):
-        raise UploadRejected(code, f"{name!r} is an absolute path; archive the model folder with relative names")
+        raise UploadRejected(code, f"{_shown(name)} is an absolute path; archive the model folder with relative names")
     parts = [part for part in normalized.split("/") if part not in ("", ".")]
     if ".." in parts:
-        raise UploadRejected(code, f"{name!r} points outside the upload ('..'); archive the model folder with plain relative names")
+        raise UploadRejected(code, f"{_shown(name)} points outside the upload ('..'); archive the model folder with plain relative names")
     if not parts:
-        raise UploadRejected(code, f"{name!r} names no file")
+        raise UploadRejected(code, f"{_shown(name)} names no file")
+    for part in parts:
+        if len(part.encode("utf-8")) > MAX_NAME_BYTES:
+            raise UploadRejected(RejectCode.NAME_TOO_LONG,
+                                 f"{_shown(part)} is {len(part.encode('utf-8')):,} bytes long (UTF-8); a file or "
+                                 f"folder name is at most {MAX_NAME_BYTES} bytes: rename it")
     return PurePosixPath(*parts)
+
+
+def name_collision(paths: Iterable[PurePosixPath]) -> str | None:
+    """Why these names cannot all be written into one folder (one given twice, or one that is both
+    a file and a folder of other files), or None."""
+    files: set[str] = set()
+    folders: set[str] = set()
+    for path in paths:
+        key = path.as_posix()
+        if key in files:
+            return f"{_shown(key)} is given twice"
+        if key in folders:
+            return f"{_shown(key)} is both a file and a folder of other files"
+        for parent in list(path.parents)[:-1]:
+            if parent.as_posix() in files:
+                return f"{_shown(parent.as_posix())} is both a file and a folder of other files"
+            folders.add(parent.as_posix())
+        files.add(key)
+    return None
 
 
 def _pickle_rejection(name: str) -> UploadRejected:
@@ -199,16 +248,20 @@ def check_filenames(names: Iterable[str]) -> None:
     """Fast refusal before anything is written: unsafe paths and pickle formats.
 
     Takes the names as the browser sent them (a single .zip passes here and is checked entry by
-    entry in `extract_zip`).
+    entry in `extract_zip`). Refuses names the file system cannot hold and names given twice.
     """
-    seen = False
+    paths = []
     for name in names:
-        seen = True
         path = safe_relative_path(name)
         if _is_pickle(path.name):
             raise _pickle_rejection(path.as_posix())
-    if not seen:
+        paths.append(path)
+    if not paths:
         raise UploadRejected(RejectCode.EMPTY, "the upload holds no files; add config.json (and .safetensors weights)")
+    collision = name_collision(paths)
+    if collision:
+        raise UploadRejected(RejectCode.DUPLICATE_FILE, f"{collision} in this upload; keep one file per name "
+                                                        "and upload again")
 
 
 # -- zip extraction -----------------------------------------------------------------------------
@@ -242,7 +295,8 @@ def extract_zip(zip_path: Path, dest: Path, *, limits: UploadLimits) -> None:
     try:
         archive = zipfile.ZipFile(zip_path)
     except (zipfile.BadZipFile, OSError) as exc:
-        raise UploadRejected(RejectCode.BAD_ZIP, f"{Path(zip_path).name} is not a readable zip archive ({exc}); re-create it") from exc
+        log.info("upload zip refused: %s", exc)
+        raise UploadRejected(RejectCode.BAD_ZIP, "the .zip is not a readable zip archive; re-create it with a standard tool") from exc
     with archive:
         plan = _plan_extraction(archive, Path(zip_path).stat().st_size, limits)
         written_total = 0
@@ -283,7 +337,7 @@ def _plan_extraction(
             raise UploadRejected(RejectCode.BAD_ZIP, f"{info.filename} is encrypted; upload an archive without a password")
         key = rel.as_posix()
         if key in seen:
-            raise UploadRejected(RejectCode.BAD_ZIP, f"{key} appears twice in the archive; keep one copy")
+            raise UploadRejected(RejectCode.BAD_ZIP, f"{_shown(key)} appears twice in the archive; keep one copy")
         seen.add(key)
         if _is_pickle(rel.name):
             raise _pickle_rejection(key)
@@ -298,6 +352,9 @@ def _plan_extraction(
         plan.append((info, rel))
     if not plan:
         raise UploadRejected(RejectCode.EMPTY, "the archive holds no files; zip the model folder with its config.json")
+    collision = name_collision(rel for _, rel in plan)
+    if collision:
+        raise UploadRejected(RejectCode.BAD_ZIP, f"{collision} in the archive; keep one entry per name")
     if len(plan) > limits.max_files:
         raise UploadRejected(
             RejectCode.TOO_MANY_FILES,
@@ -339,9 +396,14 @@ def _extract_entry(
     except UploadRejected:
         raise
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as exc:
-        raise UploadRejected(RejectCode.BAD_ZIP, f"{rel.as_posix()} cannot be extracted ({exc}); re-create the archive") from exc
+        log.info("zip entry %r refused: %s", rel.as_posix(), exc)
+        raise UploadRejected(RejectCode.BAD_ZIP, f"{_shown(rel.as_posix())} cannot be extracted (damaged, or a "
+                                                 "compression method zip tools rarely use); re-create the archive "
+                                                 "with a standard tool") from exc
     except OSError as exc:
-        raise UploadRejected(RejectCode.BAD_ZIP, f"{rel.as_posix()} conflicts with another entry of the archive ({exc.strerror})") from exc
+        log.info("zip entry %r not written: %s", rel.as_posix(), exc)
+        raise UploadRejected(RejectCode.BAD_ZIP, f"{_shown(rel.as_posix())} cannot be written beside the other "
+                                                 "entries of the archive; re-create it from the model folder") from exc
     if written != info.file_size:
         raise UploadRejected(
             RejectCode.BAD_ZIP,
@@ -459,21 +521,22 @@ def read_safetensors_header(path: Path, *, name: str | None = None) -> dict[str,
             raise _bad_safetensors(label, f"the header length field says {header_len:,} bytes but only {size - 8:,} follow (truncated?)")
         raw = handle.read(header_len)
     try:
-        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise _bad_safetensors(label, f"the header is not valid JSON ({exc})") from exc
+        header = json_loads_bounded(raw, max_bytes=_SAFETENSORS_HEADER_MAX, what="the header",
+                                    object_pairs_hook=_no_duplicate_keys)
+    except InputRejected as exc:
+        raise _bad_safetensors(label, exc.message.rstrip(".")) from None
     if not isinstance(header, dict):
         raise _bad_safetensors(label, "the header is not a JSON object")
     metadata = header.pop("__metadata__", {})
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise _bad_safetensors(label, "__metadata__ must map strings to strings")
-    tensors = {tensor: _tensor_entry(label, tensor, spec) for tensor, spec in header.items()}
     buffer_len = size - 8 - header_len
+    tensors = {tensor: _tensor_entry(label, tensor, spec, buffer_len) for tensor, spec in header.items()}
     expected = 0
     for tensor, entry in sorted(tensors.items(), key=lambda item: (item[1].begin, item[1].end)):
         if entry.begin != expected:
             what = "overlaps the previous tensor" if entry.begin < expected else "leaves a gap before it"
-            raise _bad_safetensors(label, f"tensor {tensor!r} starts at byte {entry.begin:,} and {what}")
+            raise _bad_safetensors(label, f"tensor {_shown(tensor)} starts at byte {entry.begin:,} and {what}")
         expected = entry.end
     if expected > buffer_len:
         raise _bad_safetensors(label, f"the tensors need {expected:,} data bytes but the file holds {buffer_len:,} (truncated?)")
@@ -482,28 +545,37 @@ def read_safetensors_header(path: Path, *, name: str | None = None) -> dict[str,
     return tensors
 
 
-def _tensor_entry(label: str, tensor: str, spec: Any) -> TensorEntry:
+def _is_count(value: Any) -> bool:
+    """A JSON integer that can count bytes or elements (not a bool, not negative)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _tensor_entry(label: str, tensor: str, spec: Any, buffer_len: int) -> TensorEntry:
+    """One header entry, every field type-checked before it is used: dtype one of the known codes,
+    shape a list of at most _MAX_DIMS counts, data_offsets two counts in order inside the buffer."""
+    name = _shown(tensor)
     if not isinstance(spec, dict):
-        raise _bad_safetensors(label, f"entry {tensor!r} is not an object")
+        raise _bad_safetensors(label, f"entry {name} is not an object")
     dtype, shape, offsets = spec.get("dtype"), spec.get("shape"), spec.get("data_offsets")
-    if dtype not in _SAFETENSORS_DTYPES:
-        raise _bad_safetensors(label, f"tensor {tensor!r} has unknown dtype {dtype!r}")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-        raise _bad_safetensors(label, f"tensor {tensor!r} has an invalid shape {shape!r}")
-    if (
-        not isinstance(offsets, list)
-        or len(offsets) != 2
-        or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
-        or not 0 <= offsets[0] <= offsets[1]
-    ):
-        raise _bad_safetensors(label, f"tensor {tensor!r} has invalid data_offsets {offsets!r}")
+    if not isinstance(dtype, str) or dtype not in _SAFETENSORS_DTYPES:
+        raise _bad_safetensors(label, f"tensor {name} has unknown dtype {_shown(repr(dtype))}; it must be one of "
+                                      f"{', '.join(_SAFETENSORS_DTYPES)}")
+    if not isinstance(shape, list) or len(shape) > _MAX_DIMS or not all(_is_count(d) for d in shape):
+        raise _bad_safetensors(label, f"tensor {name} has shape {_shown(repr(shape))}; it must be a list of at "
+                                      f"most {_MAX_DIMS} non-negative integers")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(o) for o in offsets):
+        raise _bad_safetensors(label, f"tensor {name} has data_offsets {_shown(repr(offsets))}; they must be two "
+                                      "non-negative integers [begin, end]")
+    begin, end = offsets
+    if begin > end or end > buffer_len:
+        raise _bad_safetensors(label, f"tensor {name} has data_offsets [{begin:,}, {end:,}], outside the "
+                                      f"{buffer_len:,}-byte data buffer or in the wrong order (truncated?)")
     bits = prod(shape) * _SAFETENSORS_DTYPES[dtype][0]
-    if bits % 8 or bits // 8 != offsets[1] - offsets[0]:
-        raise _bad_safetensors(
-            label,
-            f"tensor {tensor!r} is {dtype} {shape} ({bits / 8:,.0f} bytes) but its offsets span {offsets[1] - offsets[0]:,} bytes",
-        )
-    return TensorEntry(dtype, tuple(shape), offsets[0], offsets[1])
+    if bits % 8 or bits // 8 != end - begin:
+        size = f"{bits // 8:,} bytes" if bits < 8 * 2**64 else "more bytes than any file holds"
+        raise _bad_safetensors(label, f"tensor {name} is {dtype} of shape {_shown(repr(shape))} ({size}) but its "
+                                      f"offsets span {end - begin:,} bytes")
+    return TensorEntry(dtype, tuple(shape), begin, end)
 
 
 # -- the model folder ---------------------------------------------------------------------------
@@ -562,9 +634,10 @@ def _read_json(staged: _Staged, max_bytes: int) -> Any:
     if staged.size > max_bytes:
         raise UploadRejected(RejectCode.TOO_LARGE, f"{staged.rel} is {staged.size:,} bytes; a {staged.rel} over {max_bytes:,} bytes is not plausible")
     try:
-        return json.loads(staged.path.read_bytes().decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise UploadRejected(RejectCode.INVALID_JSON, f"{staged.rel} is not valid JSON ({exc}); fix or re-save it") from exc
+        return json_loads_bounded(staged.path.read_bytes(), max_bytes=max_bytes, what=staged.rel,
+                                  object_pairs_hook=_no_duplicate_keys)
+    except InputRejected as exc:
+        raise UploadRejected(RejectCode.INVALID_JSON, exc.message.rstrip(".")) from None
 
 
 def _sha256(path: Path) -> str:
@@ -629,9 +702,14 @@ def _model_facts(config_dict: dict[str, Any]) -> tuple[Any, str, int]:
     try:
         estimate = count_parameters(build_on_meta(config))
     except Exception as exc:  # whatever the model's __init__ raises on values its config accepted
+        # Its text can name library internals and server paths: logged, not shown.
+        log.info("building %s on the meta device failed: %s: %s", architecture, type(exc).__name__, exc)
         raise UploadRejected(
             RejectCode.INVALID_CONFIG,
-            f"transformers cannot build {architecture} from this config.json ({type(exc).__name__}: {exc}); fix the config",
+            f"transformers cannot build {architecture} from the values in this config.json "
+            f"({type(exc).__name__}); compare them with the config `save_pretrained` writes for {architecture} "
+            "(sizes that must divide each other, counts that must agree), or check locally that "
+            "`AutoModel.from_config` accepts it",
         ) from exc
     return config, architecture, estimate
 

@@ -1,10 +1,12 @@
 """Dyno's Django settings, read from the environment (see README "Configuration").
 
-Development defaults need no server; `DYNO_ENV=production` refuses to start without real secrets.
+Fail closed: production unless `DYNO_ENV=development` is asked for (make demo and make test do), and
+production refuses to start without real secrets; development refuses to face anything but loopback.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 
@@ -16,16 +18,30 @@ from dyno.env import env_bool, env_choice, env_int, env_list, env_str, env_time_
 BASE_DIR = Path(__file__).resolve().parents[2]
 VAR_DIR = Path(env_str("DYNO_VAR_DIR", str(BASE_DIR / "var")))
 
-DYNO_ENV = env_choice("DYNO_ENV", "development", ("development", "production"))
+# A deployment that forgets DYNO_ENV gets production, never DEBUG and the repository's key.
+DYNO_ENV = env_choice("DYNO_ENV", "production", ("development", "production"))
 PRODUCTION = DYNO_ENV == "production"
 
 _DEV_SECRET = "dyno-development-secret-key-not-for-production-use-0123456789"
 SECRET_KEY = env_str("DYNO_SECRET_KEY", _DEV_SECRET)
 DEBUG = env_bool("DYNO_DEBUG", not PRODUCTION)
+# `testserver` is the Host of Django's test client; it never resolves to a real machine.
+_LOOPBACK_NAMES = ("localhost", "testserver")
 ALLOWED_HOSTS = env_list("DYNO_ALLOWED_HOSTS", [] if PRODUCTION else ["127.0.0.1", "localhost", "testserver"])
 
 _database_url = env_str("DATABASE_URL")
 _broker_url = env_str("CELERY_BROKER_URL")
+
+
+def _is_loopback(host: str) -> bool:
+    host = host.strip().lower().removeprefix("[").removesuffix("]")
+    if host in _LOOPBACK_NAMES or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name (or "*", or ".example.com"): it may be reached from anywhere
+
 
 if PRODUCTION:
     missing = [
@@ -37,8 +53,11 @@ if PRODUCTION:
         ) if not value
     ]
     if missing:
+        unset = "" if os.environ.get("DYNO_ENV") else (
+            " DYNO_ENV is not set, and Dyno starts with production settings unless told otherwise: for a "
+            "local run or the tests set DYNO_ENV=development (make demo and make test do).")
         raise ImproperlyConfigured(
-            f"DYNO_ENV=production needs {', '.join(missing)}: set them (see README, Production)."
+            f"DYNO_ENV=production needs {', '.join(missing)}: set them (see README, Production).{unset}"
         )
     if SECRET_KEY == _DEV_SECRET or len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5:
         raise ImproperlyConfigured(
@@ -47,6 +66,15 @@ if PRODUCTION:
         )
     if DEBUG:
         raise ImproperlyConfigured("DYNO_DEBUG=True is refused in production.")
+else:
+    _public = [host for host in ALLOWED_HOSTS if not _is_loopback(host)]
+    if _public and (DEBUG or SECRET_KEY == _DEV_SECRET):
+        # Development's debug pages and published key would be served to whoever reaches that host.
+        raise ImproperlyConfigured(
+            f"DYNO_ALLOWED_HOSTS names {', '.join(_public)}, which is not this machine's loopback: development "
+            "settings (DEBUG, the repository's secret key) are refused there. Use DYNO_ENV=production with its "
+            "secrets, or set DYNO_DEBUG=False and a DYNO_SECRET_KEY of your own."
+        )
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -73,8 +101,11 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Before any view hook: refuses anonymous uploads unread, throttles public forms, answers limits.
+    "dyno.guards.RequestGuard",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "dyno.headers.ContentSecurityPolicyMiddleware",
 ]
 
 ROOT_URLCONF = "dyno.urls"
@@ -101,6 +132,13 @@ DATABASES = {
         _database_url or "sqlite:///var/dyno.sqlite3", base_dir=BASE_DIR
     ).django()
 }
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # SQLite has no row locks: a transaction that reads, then writes, fails at once with "database is
+    # locked" when another took the write lock between (select_for_update is a no-op there). Taking
+    # the write lock at BEGIN makes concurrent writers (two finalizations, the web and the worker)
+    # wait their turn for up to `timeout` seconds instead; WAL lets readers go on meanwhile.
+    DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20,
+                                       "init_command": "PRAGMA journal_mode=WAL;"}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 PASSWORD_HASHERS = [
@@ -136,6 +174,27 @@ FILE_UPLOAD_TEMP_DIR = None
 # Sign-in lock-out: this many failures for one account or address inside the window locks it.
 DYNO_SIGNIN_MAX_FAILURES = env_int("DYNO_SIGNIN_MAX_FAILURES", 5, minimum=1)
 DYNO_SIGNIN_LOCKOUT_SECONDS = env_int("DYNO_SIGNIN_LOCKOUT_SECONDS", 900, minimum=1)
+# An address is locked after this many failures on any usernames, but only for failing attempts from
+# browsers without a device proof: the password is still checked there, so a flood of made-up names
+# does not lock real users out. Each failure also counts towards its account's lock.
+DYNO_SIGNIN_ADDRESS_MAX_FAILURES = env_int("DYNO_SIGNIN_ADDRESS_MAX_FAILURES", 4 * DYNO_SIGNIN_MAX_FAILURES, minimum=1)
+AUTHENTICATION_BACKENDS = ["accounts.backends.LockoutBackend"]
+# The client's address: REMOTE_ADDR, or behind proxies the header they append the client's address
+# to (e.g. X-Forwarded-For), read from the right past DYNO_TRUSTED_PROXY_COUNT of them. Set it only
+# when every request comes through those proxies: otherwise a client writes its own address.
+DYNO_TRUSTED_PROXY_HEADER = env_str("DYNO_TRUSTED_PROXY_HEADER", "").strip()
+if DYNO_TRUSTED_PROXY_HEADER and not (DYNO_TRUSTED_PROXY_HEADER.isascii()
+                                      and DYNO_TRUSTED_PROXY_HEADER.replace("-", "").isalnum()):
+    raise ImproperlyConfigured(f"DYNO_TRUSTED_PROXY_HEADER={DYNO_TRUSTED_PROXY_HEADER!r}: give a header name "
+                               "such as X-Forwarded-For or X-Real-IP.")
+DYNO_TRUSTED_PROXY_COUNT = env_int("DYNO_TRUSTED_PROXY_COUNT", 1, minimum=1)
+# Posts to the public forms (sign-in, /admin/login/, /verify) per client address per fixed window.
+DYNO_THROTTLE_ANONYMOUS_POSTS = env_int("DYNO_THROTTLE_ANONYMOUS_POSTS", 30, minimum=1)
+DYNO_THROTTLE_WINDOW_SECONDS = env_int("DYNO_THROTTLE_WINDOW_SECONDS", 60, minimum=1)
+# Per-organization quotas: runs queued or running at once on each hardware class (more are refused
+# with 409 until one ends), and upload bytes received per UTC day, accepted or not (429 until then).
+DYNO_QUOTA_ACTIVE_RUNS = env_int("DYNO_QUOTA_ACTIVE_RUNS", 10, minimum=1)
+DYNO_QUOTA_UPLOAD_BYTES_PER_DAY = env_int("DYNO_QUOTA_UPLOAD_BYTES_PER_DAY", 64 * 1024**3, minimum=1)
 
 # Runner fleet: a runner is live while it heartbeats; a run whose worker fell silent is reaped.
 DYNO_HARDWARE_CLASSES = env_list("DYNO_HARDWARE_CLASSES", ["cpu", "gpu-h100", "gpu-h200"])
@@ -179,6 +238,10 @@ DYNO_REAUDIT_SWEEP_SECONDS = env_int("DYNO_REAUDIT_SWEEP_SECONDS", 60, minimum=1
 # Report signing: the Ed25519 private key (mode 0600). Development creates it on first use;
 # production refuses to sign without it. Only `control` workers need it, never runner boxes.
 DYNO_SIGNING_KEY_PATH = Path(env_str("DYNO_SIGNING_KEY_PATH", str(VAR_DIR / "keys" / "report-signing.pem")))
+# The audit log's HMAC key (mode 0600), kept outside the database so whoever can write the database
+# cannot rewrite the log unnoticed. Development creates it on first use; production requires it on
+# web and control hosts (`manage.py check --deploy` says when it is missing). Runner boxes never need it.
+DYNO_AUDIT_KEY_PATH = Path(env_str("DYNO_AUDIT_KEY_PATH", str(VAR_DIR / "keys" / "audit-hmac.key")))
 # Days after signing during which a customer may dispute a report (contracts override it).
 DYNO_REPORT_DISPUTE_DAYS = env_int("DYNO_REPORT_DISPUTE_DAYS", 30, minimum=0)
 # Re-measurements an organization's auditors and disputes may start per dispute window (the
@@ -223,10 +286,10 @@ CELERY_BEAT_SCHEDULE = {
                         "options": {"queue": "control", "expires": float(DYNO_REAPER_SECONDS)}},
     "reports-sweep": {"task": "reports.sweep", "schedule": float(DYNO_REAUDIT_SWEEP_SECONDS),
                       "options": {"queue": "control", "expires": float(DYNO_REAUDIT_SWEEP_SECONDS)}},
-    # The 3rd, not the 1st: most late usage of the month has arrived by then.
-    "metering-bill-previous-month": {"task": "metering.bill_previous_month",
-                                     "schedule": crontab(minute=0, hour=3, day_of_month=3),
-                                     "options": {"queue": "control"}},
+    # Hourly: each tick bills every closed month due (from the 3rd, 03:00) and unbilled, oldest first,
+    # so a tick missed while the control worker was down is made up by the next one (metering/tasks.py).
+    "metering-bill-due-periods": {"task": "metering.bill_due_periods", "schedule": crontab(minute=0),
+                                  "options": {"queue": "control", "expires": 3600.0}},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
@@ -244,6 +307,14 @@ CSRF_COOKIE_HTTPONLY = False
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
+# Scripts only from this origin's files: templates carry no inline <script> or on* attribute (chart
+# data travels in json_script blocks, which are not executed). Styles allow inline attributes
+# because plotly.js sets them as it draws; images allow data: for its exported PNGs.
+DYNO_CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "font-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
 if PRODUCTION:
     SECURE_SSL_REDIRECT = env_bool("DYNO_SSL_REDIRECT", True)
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

@@ -1,5 +1,7 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
+
+from api import errors
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -8,4 +10,12 @@ urlpatterns = [
     path("", include("reports.urls")),
     path("", include("metering.urls")),
     path("", include("front.urls")),
+    # Last: any other path under /api/ (a non-UUID id included) answers with the JSON contract.
+    re_path(r"^api/", errors.unknown_endpoint),
 ]
+
+# Under /api/ these answer JSON ({"error": {"code", "message"}}); elsewhere Django's HTML pages.
+handler400 = errors.bad_request
+handler403 = errors.permission_denied
+handler404 = errors.page_not_found
+handler500 = errors.server_error

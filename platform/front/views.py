@@ -16,9 +16,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from accounts.models import ApiKey, Role, Scope
 from accounts.selectors import Actor, actor_for_user, api_keys_for_actor, organization_for_actor
-from accounts.services import (
-    AccountError, api_key_create, api_key_revoke, signin_failed, signin_locked, signin_succeeded,
-)
+from accounts.services import AccountError, api_key_create, api_key_revoke
 from api.serializers import run_dict
 from catalog.selectors import model_get, model_list, model_version_get
 from catalog.services import NamedUpload, model_version_upload
@@ -45,34 +43,28 @@ def _actor(request: HttpRequest) -> Actor:
     return actor_for_user(request.user)
 
 
-def _address(request: HttpRequest) -> str | None:
-    return request.META.get("REMOTE_ADDR")
-
-
 @require_http_methods(["GET", "POST"])
 def signin(request: HttpRequest) -> HttpResponse:
+    """The password is checked through accounts.backends.LockoutBackend: a locked account or a
+    locked address (for a wrong password) answers 429 with Retry-After here."""
     error = ""
     username = ""
     if request.method == "POST":
         username = request.POST.get("email", "").strip().lower()
-        password = request.POST.get("password", "")
-        address = _address(request)
-        if signin_locked(username=username, address=address):
-            error = (f"Too many failed sign-ins. Wait {settings.DYNO_SIGNIN_LOCKOUT_SECONDS // 60} minutes "
-                     "and try again, or ask an owner to reset your password.")
-        else:
-            user = authenticate(request, username=username, password=password)
-            if user is None:
-                signin_failed(username=username, address=address)
-                error = "That email and password do not match an account."
-            else:
-                login(request, user)
-                signin_succeeded(user=user, address=address)
-                target = request.GET.get("next", "")
-                return redirect(target if target.startswith("/") and not target.startswith("//")
-                                else "front:dashboard")
-    return render(request, "front/signin.html", {"error": error, "email": username},
-                  status=429 if "Too many" in error else 200)
+        user = authenticate(request, username=username, password=request.POST.get("password", ""))
+        if user is not None:
+            login(request, user)  # accounts.backends.signed_in records it and proves this browser
+            target = request.GET.get("next", "")
+            return redirect(target if target.startswith("/") and not target.startswith("//")
+                            else "front:dashboard")
+        refused = getattr(request, "signin_refused", None)
+        if refused is not None:
+            response = render(request, "front/signin.html", {"error": refused.message, "email": username},
+                              status=refused.status)
+            response["Retry-After"] = str(refused.retry_after)
+            return response
+        error = "That email and password do not match an account."
+    return render(request, "front/signin.html", {"error": error, "email": username})
 
 
 @require_POST

@@ -12,6 +12,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 
 from api.auth import ApiError, api_endpoint, json_body
+from api.openapi import page_parameters, page_schema
+from api.pagination import page_of
 from reports.compare import compare_bodies, reaudit_dict
 from reports.models import ReauditRequest, Report
 from reports.selectors import reaudit_neighbours, report_auditors, reaudit_requests_of, report_get, report_list, signature_document
@@ -51,9 +53,10 @@ def _text(value) -> str | None:
 
 @api_endpoint(methods=("GET",), scopes=READERS)
 def report_list_api(request: HttpRequest) -> JsonResponse:
-    reports = list(report_list(actor=request.actor)[:200])
-    by_org = {r.organization_id: report_auditors(r) for r in reports}  # one read per organization
-    return JsonResponse({"reports": [report_dict(r, by_org[r.organization_id]) for r in reports]})
+    page = page_of(request, report_list(actor=request.actor))
+    by_org = {r.organization_id: report_auditors(r) for r in page.rows}  # one read per organization
+    return JsonResponse({"reports": [report_dict(r, by_org[r.organization_id]) for r in page.rows],
+                         "next": page.next})
 
 
 @api_endpoint(methods=("GET",), scopes=READERS)
@@ -140,7 +143,10 @@ def openapi_paths() -> dict[str, Any]:
                                                           "properties": {"reason": {"type": "string"}}}}}}
     return {
         "/reports": {"get": {"summary": "Your organization's signed reports, newest first (customer or auditor key)",
-                             "responses": responses(200, "reports", 401, 403)}},
+                             "parameters": page_parameters(),
+                             "responses": {**responses(200, "reports", 400, 401, 403), "200": {
+                                 "description": "reports", "content": {"application/json": {
+                                     "schema": page_schema("reports", {"type": "object"})}}}}}},
         "/reports/{report_id}": {"get": {
             "summary": "The report body exactly as signed (canonical JSON, dyno.report/1); verify these bytes",
             "parameters": [uuid_param], "responses": responses(200, "the signed bytes", 401, 403, 404)}},

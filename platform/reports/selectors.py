@@ -6,16 +6,16 @@ staff see all; anyone else gets a 404, never another organization's report.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta
 
 from dataclasses import dataclass
 
-from django.db.models import QuerySet
+from django.db.models import Case, QuerySet, Value, When
 from django.shortcuts import get_object_or_404
 
 from accounts.models import ApiKey, Membership, Role, Scope
 from accounts.selectors import Actor
+from api.bounded import MAX_DEPTH, InputRejected, json_loads_bounded
 from reports.models import OPEN_REAUDIT, ReauditRequest, ReauditStatus, Report
 from reports.signing import keys_document
 from runners.signature import Reason, VerifyResult, verify
@@ -45,13 +45,26 @@ def report_verify(*, report: Report) -> VerifyResult:
     return verify(report.body_bytes, signature_document(report), keys_document())
 
 
+# What /verify reads of each file. A report body is tens of KiB and its signature file 200 bytes;
+# the page refuses more before the request body is read (reports/views.py).
+VERIFY_FILE_MAX_BYTES = 2**20
+_SIGNATURE_PROBLEM = {"too_large": f"is over {VERIFY_FILE_MAX_BYTES // 2**20} MiB",
+                      "too_deep": f"nests more than {MAX_DEPTH} levels"}
+
+
 def files_verify(*, body: bytes, signature: bytes) -> VerifyResult:
-    """Check an uploaded report file and signature file against the published keys (the /verify page)."""
+    """Check an uploaded report file and signature file against the published keys (the /verify page).
+
+    Only the signature file is parsed (bounded: a hostile one is refused, never recursed into); the
+    report is checked as the bytes it is, which is what the signature covers.
+    """
     try:
-        signature_doc = json.loads(signature)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        signature_doc = json_loads_bounded(signature, max_bytes=VERIFY_FILE_MAX_BYTES, what="the signature file")
+    except InputRejected as exc:
+        problem = _SIGNATURE_PROBLEM.get(exc.code, "is not JSON")
         return VerifyResult(valid=False, reason=Reason.MALFORMED_SIGNATURE,
-                            message=f"the signature file is not JSON ({exc}); download it again from the report page.")
+                            message=f"the signature file {problem}, so it is not a Dyno signature; download it "
+                                    "again from the report page")
     return verify(body, signature_doc, keys_document())
 
 
@@ -108,12 +121,15 @@ def reaudit_requests_of(report: Report) -> QuerySet[ReauditRequest]:
     return ReauditRequest.objects.filter(report=report).order_by("-created_at")
 
 
-# A report that could not be made within a day needs a person (the task logs why), not a retry a minute.
-MISSING_REPORT_WINDOW = timedelta(days=1)
+# Runs that finished this recently come first, so older ones whose report keeps failing (the task
+# logs why) never crowd out a fresh run's report.
+MISSING_REPORT_RECENT = timedelta(days=1)
 
 
 def runs_missing_report(*, before: datetime, limit: int = 100) -> list:
-    """Ids of runs that succeeded with a result before `before` (within a day) and have no report."""
+    """Ids of runs that succeeded with a result before `before` and have no report, however long ago:
+    those that finished in the last day first, then the others; each group oldest first."""
+    older = Case(When(finished_at__gte=before - MISSING_REPORT_RECENT, then=Value(0)), default=Value(1))
     return list(Run.objects.filter(status=Status.SUCCEEDED, result__isnull=False, reports__isnull=True,
-                                   finished_at__lt=before, finished_at__gte=before - MISSING_REPORT_WINDOW)
-                .order_by("finished_at").values_list("pk", flat=True)[:limit])
+                                   finished_at__lt=before)
+                .order_by(older, "finished_at").values_list("pk", flat=True)[:limit])

@@ -17,14 +17,17 @@ from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.safestring import mark_safe
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from accounts.models import Role
 from accounts.selectors import Actor, actor_for_user
+from api.bounded import content_length
 from reports.compare import compare_bodies
 from reports.models import Report
 from reports.presentation import report_view, speedup_svg
 from reports.selectors import (
+    VERIFY_FILE_MAX_BYTES,
     files_verify,
     reaudit_neighbours,
     reaudit_open_for,
@@ -45,7 +48,8 @@ from reports.services import (
 )
 from reports.signing import keys_document
 
-MAX_VERIFY_UPLOAD_BYTES = 64 * 1024 * 1024
+# Both files of /verify and the form around them (field names, boundaries, the CSRF token).
+VERIFY_REQUEST_MAX_BYTES = 2 * VERIFY_FILE_MAX_BYTES + 64 * 1024
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 KEYS_CACHE_SECONDS = 300  # short: a revocation must reach verifiers quickly
 
@@ -191,20 +195,41 @@ def report_compare(request: HttpRequest) -> HttpResponse:
     })
 
 
+def _verify_render(request: HttpRequest, *, result=None, error: str = "", status: int = 200) -> HttpResponse:
+    return render(request, "reports/verify.html", {"result": result, "error": error}, status=status)
+
+
+# Exempt here only to look at the declared size first: the CSRF check reads the whole form, files
+# included. `_verify_form` is CSRF-protected as before.
+@csrf_exempt
 @require_http_methods(["GET", "POST"])
 def verify_page(request: HttpRequest) -> HttpResponse:
-    """Anyone may check a report file and its signature file against the published keys."""
-    result, error, status = None, "", 200
-    if request.method == "POST":
-        body_file, signature_file = request.FILES.get("report"), request.FILES.get("signature")
-        if body_file is None or signature_file is None:
-            error, status = "Choose both files: the report (.json) and its signature (.sig.json).", 400
-        elif body_file.size > MAX_VERIFY_UPLOAD_BYTES or signature_file.size > MAX_VERIFY_UPLOAD_BYTES:
-            error, status = f"Files over {MAX_VERIFY_UPLOAD_BYTES // 2**20} MiB are not Dyno reports.", 400
-        else:
-            result = files_verify(body=body_file.read(), signature=signature_file.read())
-            status = 200 if result.valid else 422
-    return render(request, "reports/verify.html", {"result": result, "error": error}, status=status)
+    """Anyone may check a report file and its signature file against the published keys. A request
+    larger than two files of VERIFY_FILE_MAX_BYTES is refused (413) before its body is read."""
+    declared = content_length(request.META)
+    if request.method == "POST" and declared is not None and declared > VERIFY_REQUEST_MAX_BYTES:
+        return _verify_render(request, status=413, error=(
+            f"These files are {declared:,} bytes together; a Dyno report and its signature file are at most "
+            f"{VERIFY_FILE_MAX_BYTES // 2**20} MiB each. Choose the .json and .sig.json files downloaded from "
+            "the report page."))
+    return _verify_form(request)
+
+
+@csrf_protect
+def _verify_form(request: HttpRequest) -> HttpResponse:
+    if request.method != "POST":
+        return _verify_render(request)
+    body_file, signature_file = request.FILES.get("report"), request.FILES.get("signature")
+    if body_file is None or signature_file is None:
+        return _verify_render(request, status=400,
+                              error="Choose both files: the report (.json) and its signature (.sig.json).")
+    for label, upload in (("report", body_file), ("signature", signature_file)):
+        if upload.size > VERIFY_FILE_MAX_BYTES:
+            return _verify_render(request, status=413, error=(
+                f"The {label} file is {upload.size:,} bytes; a Dyno {label} file is at most "
+                f"{VERIFY_FILE_MAX_BYTES // 2**20} MiB. Choose the file downloaded from the report page."))
+    result = files_verify(body=body_file.read(), signature=signature_file.read())
+    return _verify_render(request, result=result, status=200 if result.valid else 422)
 
 
 @require_GET

@@ -19,7 +19,9 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from accounts.models import Organization
 from accounts.selectors import Actor
+from accounts.throttle import QuotaExceeded
 from auditlog.services import audit_record
 from catalog.models import ModelVersion
 from runs.models import Run, RunEvent, RunKind, WorkloadResult
@@ -48,6 +50,21 @@ def run_log(run_id, message: str, *, level: str = "info", stage: str = "") -> No
     RunEvent.objects.create(run_id=run_id, message=message[:4000], level=level, stage=stage)
 
 
+def _active_runs_quota(*, organization_id: int, hardware: str) -> None:
+    """Refuse (409, QuotaExceeded) a run past DYNO_QUOTA_ACTIVE_RUNS queued or running on one
+    hardware class for one organization. Call inside the transaction that creates the run: the
+    organization's row lock makes concurrent starts count one after another."""
+    Organization.objects.select_for_update(no_key=True).filter(pk=organization_id).first()
+    limit = settings.DYNO_QUOTA_ACTIVE_RUNS
+    active = Run.objects.filter(organization_id=organization_id, hardware=hardware,
+                                status__in=(Status.QUEUED, Status.RUNNING)).count()
+    if active >= limit:
+        raise QuotaExceeded(
+            f"Your organization has reached its limit of {limit} runs queued or running at once on {hardware} "
+            f"({active} now): wait for one to finish or cancel one, then start this again. Dyno's operators can "
+            "raise the limit.", retry_after=None, status=409)
+
+
 def run_start(*, actor: Actor, version: ModelVersion, hardware: str, profile: str = "cpu-ci",
               batch: int = 1, seq: int = 32) -> Run:
     if hardware not in settings.DYNO_HARDWARE_CLASSES:
@@ -61,6 +78,7 @@ def run_start(*, actor: Actor, version: ModelVersion, hardware: str, profile: st
     if not actor.can_write(org_id):
         raise RunRejected("your role can read this organization's models but not start runs.")
     with transaction.atomic():
+        _active_runs_quota(organization_id=org_id, hardware=hardware)
         run = Run.objects.create(organization_id=org_id, model_version=version, hardware=hardware,
                                  profile=profile, batch=batch, seq=seq, created_by=actor.audit_label)
         run_log(run.pk, f"queued on {hardware} (profile {profile}, batch {batch}, seq {seq})")
@@ -109,6 +127,7 @@ def audit_start(*, actor: Actor, organization_id: int, workload: str, source: st
     _check_candidate_source(source)
     digest = hashlib.sha256(source.encode()).hexdigest()
     with transaction.atomic():
+        _active_runs_quota(organization_id=organization_id, hardware=hardware)
         run = Run.objects.create(organization_id=organization_id, kind=RunKind.AUDIT, workload=workload,
                                  candidate_source=source, candidate_sha256=digest, hardware=hardware,
                                  profile=profile, created_by=actor.audit_label)

@@ -1,5 +1,5 @@
-"""The monthly beat task bills the month that ended, once; the OpenAPI part describes every
-metering endpoint the URLs route."""
+"""The beat task bills the month that ended, once (catch-up: tests/metering/test_billing_catch_up.py);
+the OpenAPI part describes every metering endpoint the URLs route."""
 
 from __future__ import annotations
 
@@ -9,16 +9,18 @@ from django.urls import get_resolver
 pytestmark = pytest.mark.django_db
 
 
-def test_it_bills_the_previous_month_once_from_the_beat_task(billing_settings):
+def test_it_bills_the_previous_month_once_from_the_beat_task(billing_settings, monkeypatch):
     from django.utils import timezone
 
+    from metering import tasks
     from metering.models import BillingRun
     from metering.periods import Period
-    from metering.tasks import bill_previous_month
 
-    first = bill_previous_month()
-    again = bill_previous_month()
-    assert first == again
+    due = Period.of(timezone.now()).start + tasks.BILL_AFTER  # this month's 3rd, 03:00: the previous one is due
+    monkeypatch.setattr(timezone, "now", lambda: due)
+    first = tasks.bill_due_periods_task()
+    again = tasks.bill_due_periods_task()
+    assert len(first) == 1 and again == []
     assert BillingRun.objects.get().period == Period.of(timezone.now()).previous().first_day
 
 

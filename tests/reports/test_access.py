@@ -75,7 +75,7 @@ def test_the_api_answers_404_to_another_orgs_keys_and_403_to_finance_keys(client
         for path in (f"/api/v1/reports/{report.pk}", f"/api/v1/reports/{report.pk}/signature"):
             response = client.get(path, **other)
             assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
-        assert client.get("/api/v1/reports", **other).json() == {"reports": []}
+        assert client.get("/api/v1/reports", **other).json() == {"reports": [], "next": None}
     finance = client.get(f"/api/v1/reports/{report.pk}", **_bearer(make_key(people["acme"], "finance")))
     assert finance.status_code == 403
     assert client.get(f"/api/v1/reports/{report.pk}").status_code == 401

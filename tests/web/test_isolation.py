@@ -70,8 +70,8 @@ def test_it_lists_only_own_objects(client, foreign, make_key):
 
     raw = make_key(Organization.objects.get(slug="intruder"))
     auth = {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
-    assert client.get("/api/v1/models", **auth).json() == {"models": []}
-    assert client.get("/api/v1/runs", **auth).json() == {"runs": []}
+    assert client.get("/api/v1/models", **auth).json() == {"models": [], "next": None}
+    assert client.get("/api/v1/runs", **auth).json() == {"runs": [], "next": None}
     client.login(username="owner@intruder.test", password="correct-horse-battery")
     page = client.get(reverse("front:models")).content.decode()
     assert foreign["model"].name not in page

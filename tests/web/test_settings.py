@@ -62,8 +62,12 @@ def test_it_refuses_the_default_secret_in_production():
     assert "development default" in result.stderr
 
 
-def test_it_passes_the_deploy_check_in_production():
+def test_it_passes_the_deploy_check_in_production(tmp_path):
+    audit_key = tmp_path / "audit-hmac.key"
+    audit_key.write_text("a" * 64)
+    audit_key.chmod(0o600)
     result = _manage("check", "--deploy", "--fail-level", "WARNING", DYNO_ENV="production",
                      DYNO_SECRET_KEY=STRONG, DATABASE_URL="postgres://postgres@127.0.0.1:5432/dyno",
-                     CELERY_BROKER_URL="redis://127.0.0.1:6379/0", DYNO_ALLOWED_HOSTS="dyno.example")
+                     CELERY_BROKER_URL="redis://127.0.0.1:6379/0", DYNO_ALLOWED_HOSTS="dyno.example",
+                     DYNO_AUDIT_KEY_PATH=str(audit_key))
     assert result.returncode == 0, result.stderr + result.stdout

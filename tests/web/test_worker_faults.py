@@ -209,7 +209,7 @@ def test_the_time_limit_messages_name_the_stage_the_limit_and_its_setting():
 
 def test_it_refuses_a_hard_limit_that_does_not_exceed_the_soft_one():
     env = {k: v for k, v in os.environ.items() if not k.startswith("DYNO_")}
-    env.update(DYNO_RUN_SOFT_TIME_LIMIT_SECONDS="600", DYNO_RUN_HARD_TIME_LIMIT_SECONDS="600")
+    env.update(DYNO_ENV="development", DYNO_RUN_SOFT_TIME_LIMIT_SECONDS="600", DYNO_RUN_HARD_TIME_LIMIT_SECONDS="600")
     result = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode != 0 and "must exceed DYNO_RUN_SOFT_TIME_LIMIT_SECONDS=600" in result.stderr

@@ -10,7 +10,8 @@
     status.textContent = run.status;
     status.className = "badge " + run.status;
     document.getElementById("run-stage").textContent = run.stage;
-    document.getElementById("run-worker").textContent = run.worker || "—";
+    // The API no longer names the worker's host; the page keeps what the server rendered.
+    if ("worker" in run) { document.getElementById("run-worker").textContent = run.worker || "—"; }
     const pct = Math.round(run.progress * 100);
     document.getElementById("run-bar").style.width = pct + "%";
     document.getElementById("run-percent").textContent = pct + "%";

@@ -1,0 +1,120 @@
+"""The guard in front of every view: anonymous file uploads refused before their body is read,
+per-address throttles on the public forms, and lock-outs and quotas answered with 429 (or 409).
+
+It runs in the middleware chain before any view hook, so before CsrfViewMiddleware parses a
+multipart body to look for its token.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import Resolver404, resolve
+
+from accounts.clients import client_address, device_cookie_set
+from accounts.selectors import Actor, actor_for_user
+from accounts.throttle import LimitReached, Throttled, wait_phrase, window_take
+from api.auth import _authenticate as api_key_actor
+from api.bounded import content_length
+from api.errors import ApiError, error_response, is_api_path
+from catalog.services import upload_quota_check
+
+# The forms anyone may post to: throttled per client address, and the only ones that read a
+# multipart body from nobody in particular (/verify caps its own size).
+PUBLIC_FORMS = frozenset({"front:signin", "admin:login", "reports:verify"})
+SIGNIN_FORMS = frozenset({"front:signin", "admin:login"})
+SIGNIN_FORM_MAX_BYTES = 64 * 1024  # an email, a password and a CSRF token, with room to spare
+MODEL_UPLOADS = frozenset({"front:upload", "api:models"})
+# Content-Length also counts the multipart framing and form fields: a body within this much of the
+# room left is let through to be counted exactly (catalog.services.upload_quota_charge).
+UPLOAD_FRAMING_SLACK = 1 << 20
+
+
+def limit_response(request: HttpRequest, limit: LimitReached) -> HttpResponse:
+    """A refusal as JSON under /api/ and as a page elsewhere, with Retry-After when time lifts it."""
+    if is_api_path(request):
+        response = error_response(limit.status, limit.code, limit.message)
+    else:
+        response = render(request, "limit_reached.html", {"limit": limit}, status=limit.status)
+    if limit.retry_after is not None:
+        response["Retry-After"] = str(limit.retry_after)
+    return response
+
+
+class RequestGuard:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.method == "POST":
+            refused = self._before_body(request)
+            if refused is not None:
+                return refused
+        response = self.get_response(request)
+        proof = getattr(request, "signin_device_proof", None)
+        if proof:
+            device_cookie_set(response, proof)
+        refused_signin = getattr(request, "signin_refused", None)
+        if refused_signin is not None and response.status_code != refused_signin.status:
+            # /admin/login/ re-rendered its form as for a wrong password: answer the lock-out instead.
+            return limit_response(request, refused_signin)
+        return response
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if isinstance(exception, LimitReached):  # a quota, from a page's view (the API answers its own)
+            return limit_response(request, exception)
+        return None
+
+    def _before_body(self, request: HttpRequest) -> HttpResponse | None:
+        try:
+            view_name = resolve(request.path_info).view_name
+        except Resolver404:
+            return None
+        declared = content_length(request.META)
+        if view_name in SIGNIN_FORMS and declared is not None and declared > SIGNIN_FORM_MAX_BYTES:
+            return HttpResponse(f"A sign-in form is a few hundred bytes; this request declares {declared:,}.",
+                                status=413, content_type="text/plain; charset=utf-8")
+        try:
+            if view_name in PUBLIC_FORMS:
+                _throttle(request, view_name)
+            elif request.content_type.startswith("multipart/"):
+                actor = _uploader(request)
+                if isinstance(actor, HttpResponse):
+                    return actor
+                if view_name in MODEL_UPLOADS and declared is not None:
+                    _upload_room(actor, declared)
+        except LimitReached as limit:
+            return limit_response(request, limit)
+        return None
+
+
+def _throttle(request: HttpRequest, view_name: str) -> None:
+    address = client_address(request) or "unknown"
+    wait = window_take(key=f"post:{view_name}:{address}", amount=1, limit=settings.DYNO_THROTTLE_ANONYMOUS_POSTS,
+                       seconds=settings.DYNO_THROTTLE_WINDOW_SECONDS)
+    if wait is not None:
+        raise Throttled(f"Too many requests to this form from your address. Try again {wait_phrase(wait)}.",
+                        retry_after=wait)
+
+
+def _uploader(request: HttpRequest) -> Actor | HttpResponse:
+    """Who sends this multipart body, from the session cookie or the API key alone; the refusal
+    (without reading the body) when nobody is signed in."""
+    if is_api_path(request):
+        try:
+            return api_key_actor(request)
+        except ApiError as exc:
+            return error_response(exc.status, exc.code, exc.message)
+    if not request.user.is_authenticated:
+        return redirect_to_login(request.get_full_path())
+    return actor_for_user(request.user)
+
+
+def _upload_room(actor: Actor, declared: int) -> None:
+    """Refuse a model upload the organization's daily quota cannot hold, from its Content-Length."""
+    if actor.default_org_id is not None:
+        upload_quota_check(organization_id=actor.default_org_id, nbytes=declared, slack=UPLOAD_FRAMING_SLACK)
