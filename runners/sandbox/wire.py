@@ -114,7 +114,10 @@ def recv_message(
     magic, header_len, payload_len = _PREFIX.unpack(_recv_exact(sock, _PREFIX.size, deadline, on_wait))
     if magic != _MAGIC or header_len > MAX_HEADER_BYTES or payload_len > max_payload:
         raise ValueError(f"bad message prefix (magic {magic!r}, header {header_len} B, payload {payload_len} B)")
-    header = json.loads(bytes(_recv_exact(sock, header_len, deadline, on_wait)))
+    try:
+        header = json.loads(bytes(_recv_exact(sock, header_len, deadline, on_wait)))
+    except RecursionError:  # the worker's side is the candidate's: a bracket bomb is malformed, not a crash
+        raise ValueError("message header nests too deeply to be a harness message") from None
     if not isinstance(header, dict):
         raise ValueError("message header is not a JSON object")
     payload = _recv_exact(sock, payload_len, deadline, on_wait) if payload_len else bytearray()
