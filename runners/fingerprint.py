@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 _NVIDIA_FIELDS = (
@@ -57,6 +58,16 @@ def _nvidia_smi() -> dict[str, Any] | None:
     return {"gpus": rows} if rows else None
 
 
+def _thp_mode() -> str | None:
+    """`always`, `madvise` or `never` (the bracketed choice), None where the kernel does not say."""
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return None
+    start, end = text.find("["), text.find("]")
+    return text[start + 1:end] if 0 <= start < end else None
+
+
 def environment_fingerprint(device: str = "cpu", *, threads: int | None = None) -> dict[str, Any]:
     """Device, driver, CUDA, torch, triton, Python, CPU, threads, host and load at measurement time.
 
@@ -85,6 +96,9 @@ def environment_fingerprint(device: str = "cpu", *, threads: int | None = None) 
         "threads": threads if threads is not None else torch.get_num_threads(),
         "hostname": socket.gethostname(),
         "load_average": list(os.getloadavg()),
+        # The kernel's transparent-huge-page mode: it decides which pages a worker's tensors land
+        # on, one of the layout effects an A/A control measures.
+        "transparent_hugepage": _thp_mode(),
         "gpu": None,
     }
     if device.startswith("cuda"):

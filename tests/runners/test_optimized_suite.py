@@ -127,3 +127,14 @@ def test_it_selects_the_profile_specs_in_profile_order_and_names_unknown_workloa
     assert len(optimized.selected_specs("gpu")) > len({s.name for s in optimized.selected_specs("gpu")})
     with pytest.raises(ValueError, match="unknown workload 'conv'"):
         optimized.selected_specs("cpu-ci", ["conv"])
+
+
+def test_the_environment_names_the_kernels_huge_page_mode():
+    from pathlib import Path
+
+    mode = environment_fingerprint("cpu")["transparent_hugepage"]
+    path = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if path.exists():
+        assert f"[{mode}]" in path.read_text()
+    else:
+        assert mode is None
