@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,23 @@ WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 # A config that asks for more layers than any published model is either a mistake or an attempt
 # to make even a meta-device instantiation (one Python module per layer) run for minutes.
 MAX_LAYERS = 1024
-_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+# Any integer under a key naming a count of layers, at any depth (a bart card's encoder_layers and
+# decoder_layers, a multimodal card's text_config.num_hidden_layers), whatever the architecture.
+_LAYER_KEY = re.compile(r"(^|_)(n_|num_)?([a-z]+_)?layers?$")
+
+
+def layer_counts(data: Mapping[str, Any], prefix: str = "", depth: int = 0) -> list[tuple[str, int]]:
+    """(dotted key, value) of every layer count in a config, nested configs included."""
+    found: list[tuple[str, int]] = []
+    if depth > 16:  # configs nest two or three levels; deeper is not a config
+        raise UnsupportedModel("invalid_config", "config.json nests more than 16 levels; it is not a model config.")
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            found += layer_counts(value, f"{path}.", depth + 1)
+        elif isinstance(value, int) and not isinstance(value, bool) and _LAYER_KEY.search(str(key).lower()):
+            found.append((path, max(0, value)))
+    return found
 
 
 class UnsupportedModel(ValueError):
@@ -66,14 +83,15 @@ def config_from_dict(data: Mapping[str, Any]) -> transformers.PretrainedConfig:
             f"{transformers.__version__} knows without custom code. Supported examples: llama, "
             "mistral, qwen2, mixtral, gpt2, bert, mamba.",
         )
-    for key in _LAYER_KEYS:
-        layers = data.get(key)
-        if isinstance(layers, int) and not isinstance(layers, bool) and layers > MAX_LAYERS:
-            raise UnsupportedModel(
-                "invalid_config",
-                f"config.json asks for {key}={layers}; more than {MAX_LAYERS} layers is not a model "
-                "Dyno can profile. Check the value.",
-            )
+    counts = layer_counts(data)
+    total = sum(value for _, value in counts)
+    if total > MAX_LAYERS:
+        named = ", ".join(f"{path}={value}" for path, value in counts if value)[:300]
+        raise UnsupportedModel(
+            "invalid_config",
+            f"config.json asks for {total} layers in all ({named}); more than {MAX_LAYERS} layers is not "
+            "a model Dyno can profile. Check the values.",
+        )
     try:
         return mapping[model_type].from_dict(dict(data))
     except Exception as exc:  # transformers raises TypeError/ValueError and hub validation errors

@@ -360,3 +360,16 @@ def test_upload_refusals_carry_no_server_paths_or_exception_text(client, key, me
     assert str(media_root) not in message and "staging" not in message and "Errno" not in message
     assert "re-create it" in message
     _nothing_uploaded(media_root)
+
+
+@pytest.mark.parametrize("card", [
+    {"model_type": "bart", "architectures": ["BartModel"], "encoder_layers": 1500, "decoder_layers": 1500},
+    {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 700, "n_layers": 700},
+])
+def test_it_refuses_a_card_with_too_many_layers_whatever_the_keys_are_called(client, key, media_root, card):
+    started = time.monotonic()
+    response = _upload(client, key, [SimpleUploadedFile("config.json", json.dumps(card).encode())])
+    message = _error(response, 400, "invalid_config")
+    assert "layers in all" in message and "more than 1024 layers" in message
+    assert time.monotonic() - started < 5.0  # refused before any module is built
+    _nothing_uploaded(media_root)
