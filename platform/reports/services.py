@@ -14,14 +14,13 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from accounts.models import Organization, Role, Scope
 from accounts.selectors import Actor
 from auditlog.services import audit_record
 from metering.deployments import deployments_follow_reaudit
-from metering.models import Contract
+from metering.selectors import contract_in_force
 from reports.document import (
     ModelFacts,
     ModelFile,
@@ -287,10 +286,7 @@ def _reaudit_open(*, actor: Actor, report: Report, reason: str, what: str) -> Re
 def reaudit_window_days(organization_id: int, day=None) -> int:
     """The organization's re-measurement window: its contract's dispute window in force on `day`
     (today by default), or `DYNO_REPORT_DISPUTE_DAYS` where no contract is in force."""
-    day = day or timezone.localdate()
-    contract = (Contract.objects.filter(organization_id=organization_id, effective_from__lte=day)
-                .filter(Q(effective_to__isnull=True) | Q(effective_to__gt=day))
-                .order_by("-effective_from").first())
+    contract = contract_in_force(organization_id=organization_id, day=day or timezone.localdate())
     if contract is not None:
         return int(contract.dispute_window_days)
     return int(getattr(settings, "DYNO_REPORT_DISPUTE_DAYS", DEFAULT_DISPUTE_DAYS))
@@ -303,18 +299,21 @@ def reaudits_counted(*, organization_id: int, now: datetime | None = None) -> tu
     measure (a failed one measured nothing and gives its place back)."""
     now = now or timezone.now()
     since = now - timedelta(days=max(1, reaudit_window_days(organization_id, timezone.localdate(now))))
-    used = ReauditRequest.objects.filter(organization_id=organization_id, by_operator=False, created_at__gte=since,
-                                         status__in=(*OPEN_REAUDIT, ReauditStatus.COMPLETED)).count()
+    used = _counted(organization_id, since).count()
     return used, int(getattr(settings, "DYNO_REAUDITS_PER_WINDOW", 2)), since
+
+
+def _counted(organization_id: int, since: datetime):
+    """Re-audits that count against the limit: not the operator's, since `since`, measured or measuring."""
+    return ReauditRequest.objects.filter(organization_id=organization_id, by_operator=False, created_at__gte=since,
+                                         status__in=(*OPEN_REAUDIT, ReauditStatus.COMPLETED))
 
 
 def _within_window_limit(*, report: Report, what: str) -> None:
     used, limit, since = reaudits_counted(organization_id=report.organization_id)
     if used >= limit:
-        oldest = (ReauditRequest.objects.filter(organization_id=report.organization_id, by_operator=False,
-                                                created_at__gte=since,
-                                                status__in=(*OPEN_REAUDIT, ReauditStatus.COMPLETED))
-                  .order_by("created_at").values_list("created_at", flat=True).first())
+        oldest = (_counted(report.organization_id, since).order_by("created_at")
+                  .values_list("created_at", flat=True).first())
         days = reaudit_window_days(report.organization_id)
         again = f"; the next is possible after {oldest + timedelta(days=days):%Y-%m-%d %H:%M} UTC" if oldest else ""
         raise ReportRefused("limit_reached",
