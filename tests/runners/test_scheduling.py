@@ -201,8 +201,11 @@ def test_it_gives_no_discount_for_waiting_behind_the_candidates_own_threads(sand
     assert records and all(r.cpu_run_ns > 0 for r in records)
 
 
-def test_it_gives_every_worker_the_same_fixed_allocator_thresholds(sandbox):
-    """Identical workers, identical allocators: no history-dependent page faults in a window."""
+def test_it_takes_no_page_faults_per_sample_in_a_warm_worker_whatever_its_history(sandbox):
+    """Two workers, one of which freed its large blocks first: once warm, neither takes page
+    faults per sample. (This holds on this machine's glibc with or without the fixed thresholds in
+    MALLOC_ENVIRONMENT, whose effect showed only over whole audits; test_sandbox checks that every
+    worker gets them.)"""
     spec = suite.find_spec("cpu", "softmax")[0]  # 4 MiB outputs: above glibc's initial mmap threshold
     workers = []
     try:
@@ -219,10 +222,12 @@ def test_it_gives_every_worker_the_same_fixed_allocator_thresholds(sandbox):
                 before = _minor_faults(worker.pid)
                 _timed(worker, [0, 1, 2, 3], discount_preemption=False)
                 counts.append(_minor_faults(worker.pid) - before)
-            faults.append(counts[-1])
+            faults.append(sorted(counts[-3:])[1])
         # Once warm (a few rounds) neither worker takes page faults per call on its outputs or
         # inputs (mapped and populated once). A fresh 4 MiB mapping per call would be ~4 x 1024
-        # faults a sample; a warm heap leaves a few pages at the edges.
+        # faults in every sample; a warm heap leaves a few pages at the edges. The per-sample spacer
+        # moves outputs by random amounts, so now and then the heap's top still grows by one output
+        # (1025 faults once, in a CI run): the median of the last three samples is judged.
         assert max(faults) < 512, faults
     finally:
         for worker in workers:
