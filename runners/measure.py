@@ -76,6 +76,14 @@ class Protocol:
     # Challenged calls per round: at least verify_per_round, and this share of a sample's calls (at
     # most 16), so skipping a few calls of a long sample is caught within a few rounds.
     verify_share: float = 0.05
+    # Each arm (baseline, candidate, A/A control) is measured by this many successive worker
+    # processes, fresh from the zygote, each for an equal share of the rounds after its own warm-up
+    # round; the CI resamples them as clusters (runners.stats.paired_ratio_ci), so what differs
+    # between processes is inside the interval instead of a bias between arms. Off (1) on every
+    # profile: on this VM memory-bound workloads differ by 10-15% from process to process, and 6 to
+    # 30 generations gave wider intervals and more unstable A/A controls than one process per arm
+    # with the A/A widening (benchmarks/results/aa-rotation-experiment.json).
+    worker_generations: int = 1
 
     def worker_threads(self) -> int:
         return self.threads or max(1, len(os.sched_getaffinity(0)) - 1)
@@ -158,6 +166,7 @@ def quick_protocol(profile: str, *, rounds: int) -> Protocol:
         check_distributions=("normal", "outliers"),
         revalidate_sets=1,
         probe_rounds=0,
+        worker_generations=1,
     )
 
 

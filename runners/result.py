@@ -19,8 +19,10 @@ SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "suite-result-1.json
 TOLERANCE_RULE = "|out - ref| <= atol * rms_row(ref) + rtol * |ref| + tiny(dtype), elementwise, ref in float64"
 SPEEDUP_STATISTIC = (
     "median over measured rounds of baseline_time / candidate_time, both timed in the same round in "
-    "random order; ci95_rounds = paired percentile bootstrap over rounds; ci95 = ci95_rounds widened by "
-    "the A/A control's deviation from 1 (max(aa_high, 1/aa_low)), which covers differences between processes"
+    "random order; ci95_rounds = paired percentile bootstrap over rounds, two-stage (worker generations, "
+    "then rounds within them) when each arm was measured by several successive processes "
+    "(timing.worker_generations > 1); ci95 = ci95_rounds, widened by the A/A control's deviation from 1 "
+    "(max(aa_high, 1/aa_low)) when one process measured each arm, to cover differences between processes"
 )
 VERDICT_RULE = (
     "accepted = correct on every check and every integrity/timing check passed, whatever the speed "

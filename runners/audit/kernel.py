@@ -279,13 +279,21 @@ class KernelAudit:
         assert self.inputs is not None and self.candidate is not None
         protocol, spec, calls = self.protocol, self.spec, self.calls
         order = np.random.default_rng(secrets.randbits(63))
-        total = protocol.warmup_rounds + protocol.rounds
+        schedule = round_schedule(protocol, budget_cut=self.deadline is not None)
+        total = len(schedule)
         measured: list[dict[str, Sample]] = []
         for slot in slots:
             slot.cpu_mark = slot.worker.cpu_ns()
-        for round_index in range(total):
+        generation = 0
+        for round_index, (round_generation, warmup) in enumerate(schedule):
             if self.deadline is not None and round_index > protocol.warmup_rounds and time.monotonic() > self.deadline:
                 break
+            if round_generation != generation:
+                generation = round_generation
+                self.note(0.30 + 0.6 * round_index / total, f"{spec.key}: fresh workers (generation {generation + 1})")
+                everyone = self.renew(slots, everyone)
+                if any(r.code.startswith(("correctness.", "integrity.")) for r in self.outcome.reasons):
+                    break
             self.note(0.30 + 0.6 * round_index / total, f"{spec.key}: round {round_index + 1}/{total}")
             round_seed = suite.derive_seed(self.seed, spec.key, "round", round_index, secrets.randbits(32))
             self.inputs.fill(seed=round_seed, slots=range(calls))
@@ -324,15 +332,40 @@ class KernelAudit:
             if widened:
                 self.outcome.fail([Reason("integrity.cpus_widened", f"round {round_index + 1}: the candidate's threads may run on core(s) {widened}, outside the measurement cores {self.session.sandbox.config.cpus}")])
                 break
-            if round_index >= protocol.warmup_rounds:
+            if not warmup:
                 for slot in slots:
                     slot.samples.append(records[slot.label])
                 measured.append(records)
+                self.outcome.generations.append(generation)
             if any(r.code.startswith(("correctness.", "integrity.")) for r in self.outcome.reasons):
                 break  # proven wrong: more rounds would only repeat it
         for slot in slots:
             slot.worker.call("release", timeout=self.timeout)
         return measured
+
+    def renew(self, slots: list[_Slot], everyone: list[Worker]) -> list[Worker]:
+        """A new worker generation: fresh processes for the baseline, the A/A control and the
+        candidate, bound to the same inputs. The new candidate loads the same source and passes one
+        check set (its first calls may compile) before its warm-up round; its outputs are then
+        challenged every round like its predecessor's. Reference points keep their worker."""
+        assert self.inputs is not None and self.candidate is not None
+        protocol = self.protocol
+        trusted = [slot for slot in slots if slot.label.startswith("baseline")]
+        fresh = iter(self.session.renew_baselines(self.spec, len(trusted), protocol, self.inputs))
+        for slot in trusted:
+            slot.worker = next(fresh)
+        self.session.retire(self.candidate)
+        self.candidate = self.session.sandbox.spawn("candidate")
+        self.session.bind(self.candidate, self.inputs, protocol)
+        self.session.load(self.candidate, self.spec, self.source, protocol, label="candidate")
+        judgement = self.check(self.candidate, protocol.check_distributions[:1], "new worker check", "correctness.mismatch",
+                               timeout=protocol.first_call_timeout_s + protocol.call_timeout_floor_s)
+        self.outcome.absorb(judgement)
+        for slot in slots:
+            if slot.label == "candidate":
+                slot.worker = self.candidate
+            slot.cpu_mark = slot.worker.cpu_ns()
+        return [slot.worker for slot in slots]
 
     # ---------------------------------------------------------------- judging
 
@@ -498,8 +531,21 @@ class KernelAudit:
         if shares and any(s.preempted_ns for slot in slots for s in slot.samples):
             outcome.timing["preempted_share"] = {"median": stats.median(shares), "max": max(shares)}
         outcome.timing["rounds"] = len(outcome.candidate)
+        outcome.timing["worker_generations"] = len(set(outcome.generations)) or 1
         assert self.inputs is not None
         outcome.timing["inputs"] = self.inputs.layout.to_dict()
+
+
+def round_schedule(protocol: Protocol, *, budget_cut: bool = False) -> list[tuple[int, bool]]:
+    """(worker generation, warm-up?) for every round: `protocol.rounds` measured rounds shared as
+    evenly as possible among the generations, each generation's led by `warmup_rounds` unmeasured
+    ones. A budget-cut evaluation (it may stop after any round) keeps one generation."""
+    generations = 1 if budget_cut else max(1, min(protocol.worker_generations, protocol.rounds))
+    schedule: list[tuple[int, bool]] = []
+    for generation in range(generations):
+        measured = protocol.rounds // generations + (1 if generation < protocol.rounds % generations else 0)
+        schedule += [(generation, True)] * protocol.warmup_rounds + [(generation, False)] * measured
+    return schedule
 
 
 def _commit_weights(spec: WorkloadSpec, seed: int) -> list[torch.Tensor]:

@@ -58,6 +58,7 @@ class Outcome:
     reasons: list[Reason] = field(default_factory=list)
     checks: dict[str, bool | None] = field(default_factory=lambda: dict.fromkeys(CHECK_OF_CODE.values()))
     max_abs_err: float | None = None
+    generations: list[int] = field(default_factory=list)  # the worker generation of each measured round
     max_rel_err: float | None = None
     baseline: list[float] = field(default_factory=list)
     baseline_aa: list[float] = field(default_factory=list)
@@ -102,11 +103,15 @@ def _log_hint(detail: str) -> str:
 
 
 
-def _interval(numerators: list[float], denominators: list[float], protocol: Protocol, seed: int) -> stats.Estimate | None:
+def _interval(numerators: list[float], denominators: list[float], protocol: Protocol, seed: int,
+              clusters: list[int] | None = None) -> stats.Estimate | None:
     if not numerators or len(numerators) != len(denominators):
         return None
+    if clusters is not None and len(clusters) != len(numerators):
+        clusters = None
     return stats.paired_ratio_ci(
-        numerators, denominators, resamples=protocol.bootstrap_resamples, confidence=protocol.confidence, seed=seed & 0xFFFFFFFF
+        numerators, denominators, resamples=protocol.bootstrap_resamples, confidence=protocol.confidence, seed=seed & 0xFFFFFFFF,
+        clusters=clusters,
     )
 
 
@@ -115,12 +120,15 @@ def entry(outcome: Outcome, *, source: str, impl: str, protocol: Protocol, seed:
     fin = result.finite_or_none
     base_median = stats.median(outcome.baseline) if outcome.baseline else None
     cand_median = stats.median(outcome.candidate) if outcome.candidate else None
-    rounds_ci = _interval(outcome.baseline, outcome.candidate, protocol, suite.derive_seed(seed, spec.key, "bootstrap"))
-    aa = _interval(outcome.baseline, outcome.baseline_aa, protocol, suite.derive_seed(seed, spec.key, "bootstrap-aa"))
-    # The bootstrap over rounds cannot see what differs between processes (on a shared VM, two
-    # identical baseline workers run memory-bound ops up to ~30% apart for a whole audit); the
-    # A/A control measures exactly that, so the reported interval is widened by its deviation.
-    process_factor = max(1.0, aa.high, 1.0 / aa.low) if aa else 1.0
+    clusters = outcome.generations if len(set(outcome.generations)) > 1 else None
+    rounds_ci = _interval(outcome.baseline, outcome.candidate, protocol, suite.derive_seed(seed, spec.key, "bootstrap"), clusters)
+    aa = _interval(outcome.baseline, outcome.baseline_aa, protocol, suite.derive_seed(seed, spec.key, "bootstrap-aa"), clusters)
+    # A bootstrap over the rounds of one process per arm cannot see what differs between processes
+    # (on a shared VM, two identical baseline workers run memory-bound ops up to ~30% apart for a
+    # whole audit); the A/A control measures exactly that, so the interval is then widened by its
+    # deviation. With several worker generations per arm the clustered bootstrap carries that
+    # variance itself, and widening would count it twice.
+    process_factor = max(1.0, aa.high, 1.0 / aa.low) if aa and clusters is None else 1.0
     speed = (
         stats.Estimate(rounds_ci.point, rounds_ci.low / process_factor, rounds_ci.high * process_factor) if rounds_ci else None
     )

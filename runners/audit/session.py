@@ -138,6 +138,25 @@ class AuditSession:
                 self._loaded[worker.pid] = spec.key
         return workers
 
+    def renew_baselines(self, spec: WorkloadSpec, count: int, protocol: Protocol, inputs: SharedInputs) -> list[Worker]:
+        """Close the trusted workers and start `count` fresh ones (a new worker generation)."""
+        for worker in self._trusted:
+            self._forget(worker)
+            worker.close()
+        self._trusted.clear()
+        return self.baselines(spec, count, protocol, inputs)
+
+    def _forget(self, worker: Worker) -> None:
+        self._loaded.pop(worker.pid, None)
+        binding = self.bindings.pop(worker.pid, None)
+        if binding is not None and binding.done is not None:
+            binding.done.close()
+
+    def retire(self, worker: Worker) -> None:
+        """Close an untrusted worker the session bound (a candidate of an earlier generation)."""
+        self._forget(worker)
+        worker.close()
+
     def info(self) -> dict[str, Any]:
         return self.sandbox.info()
 

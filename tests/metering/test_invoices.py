@@ -125,6 +125,15 @@ def test_it_writes_customer_text_as_inert_text_in_csv_and_xlsx(billed):
     assert b"<f>" not in _sheet_xml(invoice_xlsx(acme))
 
 
+@pytest.mark.parametrize("lead", ["=", "+", "-", "@", "\t", "\r"])
+def test_it_neutralises_every_character_a_spreadsheet_reads_as_a_formula(lead):
+    from metering.exports import neutralised
+
+    assert neutralised(lead + "SUM(A1:A9)") == "'" + lead + "SUM(A1:A9)"
+    assert neutralised("plain " + lead) == "plain " + lead  # only a leading character matters
+    assert neutralised(D("-1.25")) == D("-1.25") and neutralised(-3) == -3  # numbers stay numbers
+
+
 def _sheet_xml(data: bytes) -> bytes:
     import zipfile
 
