@@ -57,6 +57,9 @@ def upload_limits() -> UploadLimits:
         max_files=settings.DYNO_UPLOAD_MAX_FILES,
         max_zip_ratio=200.0,
         max_zip_entries=settings.DYNO_UPLOAD_MAX_FILES,
+        max_card_parameters=settings.DYNO_CARD_MAX_PARAMETERS,
+        build_seconds=settings.DYNO_MODEL_BUILD_SECONDS,
+        build_memory_bytes=settings.DYNO_MODEL_BUILD_MEMORY_BYTES,
     )
 
 

@@ -56,6 +56,7 @@ class RejectCode(StrEnum):
     INVALID_CONFIG = "invalid_config"
     NAME_TOO_LONG = "name_too_long"
     DUPLICATE_FILE = "duplicate_file"
+    MODEL_TOO_LARGE = "model_too_large"
 
 
 class UploadRejected(Exception):
@@ -77,6 +78,11 @@ class UploadLimits:
     # Safetensors barely compress (about 1.1x), JSON/text at most ~20x; a bomb is 1000x and more.
     max_zip_ratio: float = 200.0
     max_zip_entries: int = 1024
+    # An architecture card is built with random weights on a runner: at most this many parameters.
+    max_card_parameters: int = 2_000_000_000
+    # The config's module tree is built on the meta device in a child process under these limits.
+    build_seconds: int = 20
+    build_memory_bytes: int = 2 * 2**30
 
 
 @dataclass(frozen=True)
@@ -689,9 +695,12 @@ def _check_index(index: Any, headers: dict[str, dict[str, TensorEntry]]) -> None
                 raise UploadRejected(RejectCode.WEIGHTS_LAYOUT, f"tensor {tensor!r} of {shard} is not mapped to it in {INDEX_NAME}")
 
 
-def _model_facts(config_dict: dict[str, Any]) -> tuple[Any, str, int]:
+def _model_facts(config_dict: dict[str, Any], limits: UploadLimits) -> tuple[Any, str, int]:
     """The transformers config, class name and parameter count estimated on the meta device (no
-    memory), or an UploadRejected saying why the model is not runnable."""
+    memory), or an UploadRejected saying why the model is not runnable. The module tree is built
+    in a forked child under CPU, memory and time limits: it runs the architecture's own code with
+    sizes the uploader chose, whatever their key names."""
+    from catalog.bounded import BoundedFailure, run_bounded
     from runners.modelload import UnsupportedModel, build_on_meta, config_from_dict, count_parameters, resolve_model_class
 
     try:
@@ -700,17 +709,26 @@ def _model_facts(config_dict: dict[str, Any]) -> tuple[Any, str, int]:
     except UnsupportedModel as exc:
         raise UploadRejected(exc.code, exc.message) from exc
     try:
-        estimate = count_parameters(build_on_meta(config))
-    except Exception as exc:  # whatever the model's __init__ raises on values its config accepted
+        estimate = int(run_bounded(lambda: count_parameters(build_on_meta(config)), wall_seconds=limits.build_seconds,
+                                   cpu_seconds=limits.build_seconds, memory_bytes=limits.build_memory_bytes))
+    except BoundedFailure as failure:
+        if failure.kind in ("time", "memory"):
+            spent = f"more than {limits.build_seconds} s" if failure.kind == "time" else f"more than {limits.build_memory_bytes:,} bytes"
+            raise UploadRejected(
+                RejectCode.MODEL_TOO_LARGE,
+                f"building {architecture}'s module tree from this config.json took {spent} before a single "
+                "weight was made; its sizes or counts describe a model far larger than any Dyno runs. "
+                "Check the config's sizes and counts against what `save_pretrained` writes",
+            ) from failure
         # Its text can name library internals and server paths: logged, not shown.
-        log.info("building %s on the meta device failed: %s: %s", architecture, type(exc).__name__, exc)
+        log.info("building %s on the meta device failed: %s", architecture, failure.detail)
         raise UploadRejected(
             RejectCode.INVALID_CONFIG,
             f"transformers cannot build {architecture} from the values in this config.json "
-            f"({type(exc).__name__}); compare them with the config `save_pretrained` writes for {architecture} "
+            f"({failure.detail}); compare them with the config `save_pretrained` writes for {architecture} "
             "(sizes that must divide each other, counts that must agree), or check locally that "
             "`AutoModel.from_config` accepts it",
-        ) from exc
+        ) from failure
     return config, architecture, estimate
 
 
@@ -746,7 +764,7 @@ def validate_model_dir(root: Path, *, limits: UploadLimits) -> ModelInfo:
             "tokenizer_config.json has an `auto_map`: the tokenizer needs its own Python code, which "
             "Dyno never runs. Use a standard tokenizer or leave the tokenizer files out.",
         )
-    config, architecture, estimated_parameters = _model_facts(config_dict)
+    config, architecture, estimated_parameters = _model_facts(config_dict, limits)
     headers = _weights(files, json_docs)
 
     if headers:
@@ -764,6 +782,13 @@ def validate_model_dir(root: Path, *, limits: UploadLimits) -> ModelInfo:
 
         kind = "card"
         parameter_count = estimated_parameters
+        if parameter_count > limits.max_card_parameters:
+            raise UploadRejected(
+                RejectCode.MODEL_TOO_LARGE,
+                f"this architecture card describes {parameter_count:,} parameters; a card is built with random "
+                f"weights on a runner, and at most {limits.max_card_parameters:,} parameters are built that way. "
+                "Upload the weights (safetensors) with the config, or a smaller config",
+            )
         dtype = str(config_dtype(config)).removeprefix("torch.")
 
     kept = [KeptFile(f.rel, f.size, _sha256(f.path)) for f in staged]

@@ -168,6 +168,13 @@ WHITENOISE_USE_FINDERS = not PRODUCTION
 DYNO_UPLOAD_MAX_FILE_BYTES = env_int("DYNO_UPLOAD_MAX_FILE_BYTES", 2 * 1024**3, minimum=1)
 DYNO_UPLOAD_MAX_TOTAL_BYTES = env_int("DYNO_UPLOAD_MAX_TOTAL_BYTES", 8 * 1024**3, minimum=1)
 DYNO_UPLOAD_MAX_FILES = env_int("DYNO_UPLOAD_MAX_FILES", 64, minimum=1)
+# An architecture card (config.json alone) is built with random weights on a runner: its size is
+# what the config describes, so it is capped (2e9 parameters: 8 GB in float32).
+DYNO_CARD_MAX_PARAMETERS = env_int("DYNO_CARD_MAX_PARAMETERS", 2_000_000_000, minimum=1)
+# Counting a config's parameters builds its module tree on the meta device in a forked child of the
+# web process, under these limits (catalog.bounded).
+DYNO_MODEL_BUILD_SECONDS = env_int("DYNO_MODEL_BUILD_SECONDS", 20, minimum=1)
+DYNO_MODEL_BUILD_MEMORY_BYTES = env_int("DYNO_MODEL_BUILD_MEMORY_BYTES", 2 * 1024**3, minimum=64 * 1024**2)
 DATA_UPLOAD_MAX_NUMBER_FILES = DYNO_UPLOAD_MAX_FILES + 1
 FILE_UPLOAD_TEMP_DIR = None
 

@@ -314,6 +314,29 @@ def test_it_refuses_an_absurd_layer_count(llama: Path) -> None:
     assert rejected(llama).code == "invalid_config"
 
 
+def test_it_refuses_a_card_larger_than_runners_build(samples: dict[str, Path], tmp_path: Path) -> None:
+    card = Path(shutil.copytree(samples["llama-card"], tmp_path / "card"))
+    # A 70B-class llama: nothing is allocated to count it (meta device), and it is refused as a card.
+    edit_config(card, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+                num_key_value_heads=8, vocab_size=128256)
+    error = rejected(card)
+    assert error.code == "model_too_large" and "parameters" in error.message and "safetensors" in error.message
+    assert validate_model_dir(card, limits=UploadLimits(max_card_parameters=10**12)).parameter_count > 50 * 10**9
+
+
+def test_it_refuses_a_config_whose_module_tree_outlasts_its_time_budget(llama: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever key makes an architecture build slowly, the build runs in a child that is stopped."""
+    import time as _time
+
+    from runners import modelload
+
+    monkeypatch.setattr(modelload, "count_parameters", lambda model: _time.sleep(30) or 0)
+    started = _time.monotonic()
+    error = rejected(llama, UploadLimits(build_seconds=1))
+    assert error.code == "model_too_large" and "1 s" in error.message
+    assert _time.monotonic() - started < 10
+
+
 # -- accepted uploads ---------------------------------------------------------------------------
 
 
