@@ -174,9 +174,14 @@ def test_it_optimizes_an_unsupported_architecture_without_crashing(tmp_path):
 
 
 @pytest.mark.slow
-def test_it_tries_a_whole_model_compile_and_applies_it(models):
-    artifact = optimize_model(models["gpt2"], batch=1, seq=8, try_compile=True, timer=scripted_timer(1.0, 0.5))
+def test_it_tries_whole_model_compile_configurations_and_applies_the_fastest(models):
+    # Estimates: eager 1.0, default compile 0.6, compile with frozen weights 0.5.
+    artifact = optimize_model(models["gpt2"], batch=1, seq=8, try_compile=True, timer=scripted_timer(1.0, 0.6, 0.5))
     assert artifact.strategy == Strategy.COMPILE and artifact.verification[Strategy.COMPILE]["passed"]
+    assert artifact.verification[Strategy.COMPILE]["variant"] == "freezing"
+    assert artifact.compile == {"dynamic": False, "options": {"freezing": True}}
+    assert artifact.estimates["compile_variants"] == {"default": 0.6, "freezing": 0.5}
+    assert set(artifact.verification["compile_variants"]) == {"default", "freezing"}
     model = load_model(models["gpt2"])
     before = outputs(model, 1, 8)
     after = outputs(optimizer.apply(model, artifact), 1, 8)
