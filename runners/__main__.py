@@ -467,7 +467,10 @@ def _model_pairs(report: dict[str, Any], measured: dict[str, Any]) -> tuple[list
     notes = _seed_note(measured.get("seed"), signed)
     if any((p.get("aa") or {}).get("stable") is False for p in ours.get("phases") or []):
         notes.append("this machine's A/A control was unstable: its figures are too noisy to judge by")
-    if (signed.get("model") or {}).get("ci95"):
+    model = signed.get("model") or {}
+    if model.get("basis") == "end_to_end" and model.get("billed_phase"):
+        notes.append(f"the billed model figure is the end-to-end {model['billed_phase']} phase, compared above")
+    elif model.get("ci95") and model.get("basis") != "end_to_end":
         notes.append("the billed model figure (result.model: per-workload audits weighted by eager time) is not "
                      "re-measured by model-audit; the end-to-end phases are")
     by_phase = {p.get("phase"): p for p in theirs.get("phases") or []}
@@ -512,15 +515,20 @@ def _billed_model_pair(report: dict[str, Any], measured: dict[str, Any]) -> list
 
     model = (report.get("result") or {}).get("model") or {}
     weights = {w.get("key"): float(w.get("weight") or 0.0) for w in model.get("weighting") or []}
-    if not weights or not isinstance(model.get("ci95"), list):
+    # Since the end-to-end basis the Amdahl figure is a diagnostic beside the billed one.
+    end_to_end = model.get("basis") == "end_to_end"
+    amdahl = (model.get("amdahl") or {}) if end_to_end else model
+    if not weights or not isinstance(amdahl.get("ci95"), list):
         return []
     if measured.get("artifact_sha256") not in (None, report.get("artifact_sha256")):
         raise _CannotRun(f"the result audited the kernels of artifact {measured.get('artifact_sha256')}, the "
                          f"report's is {report.get('artifact_sha256')}: download the artifact from the run page again")
     speedup, low, high = weighted_figure(measured.get("workloads") or [], weights)
     ours = {"verdict": "weighted", "speedup": speedup, "ci95": [low, high]}
-    theirs = {"verdict": "weighted", "speedup": model.get("speedup"), "ci95": model.get("ci95")}
-    return [("model figure (billed; kernel audits weighted by the report's eager-time shares)", ours, theirs)]
+    theirs = {"verdict": "weighted", "speedup": amdahl.get("speedup"), "ci95": amdahl.get("ci95")}
+    label = ("Amdahl model figure (a diagnostic; the end-to-end figure bills)" if end_to_end
+             else "model figure (billed; kernel audits weighted by the report's eager-time shares)")
+    return [(label, ours, theirs)]
 
 
 def _seed_note(seed: Any, signed: dict[str, Any]) -> list[str]:

@@ -3,13 +3,15 @@
 Pure (torch, triton, transformers; no Django): the Celery task calls `run_model_pipeline` and
 stores what it returns. The optimizer proposes; the audit here is the harness's, not its own.
 
-Two model-level figures, on purpose: `result["model"]` (speedup, ci95) is the Amdahl figure, the
-audited per-workload speedups weighted by each workload's share of the model's eager time, which is
-what billing copies; `result["model"]["end_to_end"]` is the whole forward pass measured directly
-(runners.modelaudit: prefill, and decode where the model keeps a cache), baseline against the
-artifact applied, with its own A/A control. The first proves each kernel and says how much of the
-model they cover; the second catches what no workload covers (overheads between kernels, a
-compiled graph's launch cost, a patch that is fast alone and slow in place).
+Two model-level figures, on purpose. `result["model"]["end_to_end"]` is the whole forward pass
+measured directly (runners.modelaudit: prefill, and decode where the model keeps a cache), eager
+against the artifact applied, with its own A/A control: it measures what is deployed, whatever the
+artifact's strategy (patched modules or a whole-model compile), and it is what bills:
+`result["model"]` speedup and ci95 are those of the audited phase with the lowest CI lower bound
+(`basis: "end_to_end"`), stable only when every audited phase's A/A control is. The Amdahl figure
+(`result["model"]["amdahl"]`: the audited per-workload speedups weighted by each workload's share of
+the model's eager time) stays beside it as a diagnostic: it proves each kernel and says how much of
+the model they cover, but a whole-model compile deploys none of them.
 """
 
 from __future__ import annotations
@@ -148,6 +150,43 @@ def weighted_figure(entries: list[dict[str, Any]], weights: dict[str, float]) ->
     return 1.0 / (point + rest), 1.0 / (low + rest), 1.0 / (high + rest)
 
 
+END_TO_END_METHOD = ("whole forward pass audited end to end (eager transformers against the artifact applied, "
+                     "A/A control); the audited phase (prefill, decode) with the lowest 95% CI lower bound bills")
+
+
+def billed_model_block(amdahl: dict[str, Any], end_to_end: dict[str, Any]) -> dict[str, Any]:
+    """The model block of a run's result: the end-to-end figure that bills, the Amdahl figure beside it.
+
+    Every audited (not skipped) phase must be accepted for a figure to exist; the billed one is the
+    phase with the lowest CI lower bound, and it is stable only if every audited phase's A/A
+    control is. An end-to-end audit that could not run, or that rejected the artifact, leaves no
+    billable figure (speedup None) and says why; the Amdahl figure never stands in for it."""
+    block: dict[str, Any] = {key: value for key, value in amdahl.items() if key not in ("speedup", "ci95", "method")}
+    block["amdahl"] = {"speedup": amdahl["speedup"], "ci95": amdahl["ci95"], "method": amdahl["method"]}
+    block["end_to_end"] = end_to_end
+    block["basis"] = "end_to_end"
+    phases = [p for p in end_to_end.get("phases") or [] if p.get("verdict") != "skipped"]
+    if end_to_end.get("error") or not phases:
+        why = ("the end-to-end audit did not run" if end_to_end.get("error")
+               else "the end-to-end audit measured no phase")
+        block.update(speedup=None, ci95=None, stable=False, verdict="error", method=END_TO_END_METHOD,
+                     reasons=[{"code": "model.no_end_to_end", "message": why}])
+        return block
+    refused = [p for p in phases if p.get("verdict") != "accepted" or not p.get("ci95")]
+    if refused:
+        reasons = [{"code": r.get("code"), "message": f"{p['phase']}: {r.get('message', '')}"}
+                   for p in refused for r in p.get("reasons") or []]
+        block.update(speedup=None, ci95=None, stable=False, verdict=refused[0].get("verdict") or "rejected",
+                     method=END_TO_END_METHOD, reasons=reasons or [{"code": "model.rejected_end_to_end",
+                                                                   "message": f"{refused[0]['phase']} was not accepted"}])
+        return block
+    billed = min(phases, key=lambda p: p["ci95"][0])
+    block.update(speedup=billed["speedup"], ci95=list(billed["ci95"]), billed_phase=billed["phase"],
+                 stable=all((p.get("aa") or {}).get("stable") is True for p in phases), verdict="accepted",
+                 method=END_TO_END_METHOD, reasons=[])
+    return block
+
+
 def run_model_pipeline(model_dir: Path, *, batch: int, seq: int, profile: str, device: str,
                        tuning_cache: Path, progress: Progress, workload_limit: int = 6,
                        tune_budget_s: float = 20.0, replay: dict[str, Any] | None = None) -> PipelineOutcome:
@@ -208,13 +247,14 @@ def run_model_pipeline(model_dir: Path, *, batch: int, seq: int, profile: str, d
     result = audit_specs([w.spec for w in planned], [sources[w.key] for w in planned], keys=[w.key for w in planned],
                          profile=profile, device=device, progress=part(_AUDIT, "audit"), label="dyno optimizer")
     seconds["audit"] = time.monotonic() - started
-    result["model"] = model_figure(result["workloads"], planned, total, unsupported)
-    result["model"]["shape"] = {"batch": batch, "seq": seq}
+    amdahl = model_figure(result["workloads"], planned, total, unsupported)
     started = time.monotonic()
-    result["model"]["end_to_end"] = end_to_end_audit(
+    end_to_end = end_to_end_audit(
         model_dir, artifact, batch=batch, seq=seq, device=device, profile=profile,
         seed=int((result.get("protocol") or {}).get("seed") or secrets.randbits(62)), progress=part(_END_TO_END, "audit"))
     seconds["end_to_end"] = time.monotonic() - started
+    result["model"] = billed_model_block(amdahl, end_to_end)
+    result["model"]["shape"] = {"batch": batch, "seq": seq}
     result["optimization"] = {"tuning": tuning, "seconds": seconds, "replayed": replay is not None,
                               # `suite --artifact` can re-audit them: the billed figure reproduces.
                               "kernels_in_artifact": bool(replayed) or replay is None}

@@ -48,6 +48,8 @@ REASON_CODES: dict[str, str] = {
     "sandbox.candidate_exception": "the candidate raised an exception",
     "sandbox.protocol": "the candidate process sent a malformed message",
     "harness.error": "the harness itself failed (not the candidate's fault)",
+    "model.no_end_to_end": "the whole-model (end-to-end) audit did not run or measured no phase: no model figure bills",
+    "model.rejected_end_to_end": "a phase of the whole-model (end-to-end) audit was not accepted: no model figure bills",
 }
 
 

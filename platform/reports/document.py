@@ -32,7 +32,9 @@ BILLING_RULE = (
     "The billable speedup is the lower bound of the paired-bootstrap 95% confidence interval of "
     f"the speedup over the contract baseline, rounded down to {SPEEDUP_PLACES} decimal places. "
     "A run whose A/A calibration is unstable bills nothing; a bound at or below 1 bills nothing; "
-    "the contract's minimum speedup, price and share are applied by metering, not here."
+    "the contract's minimum speedup, price and share are applied by metering, not here. A model "
+    "run's figure is its whole forward pass audited end to end (the audited phase with the lowest "
+    "bound), stable when that audit's A/A controls are; its per-kernel (Amdahl) figure is a diagnostic."
 )
 
 # Where the platform serves what a recipe downloads (front:run-artifact, front:run-candidate,
@@ -215,9 +217,11 @@ def runner_calibrated(result: dict[str, Any]) -> bool:
 
 
 def model_figure(result: dict[str, Any]) -> ModelFigure:
-    """The whole-model speedup, its CI and whether it bills; rounded down, never up."""
-    stable = bool((result.get("calibration") or {}).get("stable"))
+    """The whole-model speedup, its CI and whether it bills; rounded down, never up. A model block
+    on the end-to-end basis carries its own stability (its A/A controls); older results, and
+    results without one, use the suite's calibration."""
     block = result.get("model") or {}
+    stable = model_stable(result)
     speedup = _decimal(block.get("speedup"))
     ci = block.get("ci95") or [None, None]
     low, high = (_decimal(ci[0]), _decimal(ci[1])) if len(ci) == 2 else (None, None)
@@ -228,9 +232,28 @@ def model_figure(result: dict[str, Any]) -> ModelFigure:
                                                              calibrated=runner_calibrated(result)))
 
 
+def model_stable(result: dict[str, Any]) -> bool:
+    """Whether the figure that bills was measured on a stable machine: the end-to-end audit's own
+    A/A controls for a model block on that basis, the suite's calibration otherwise."""
+    block = result.get("model") or {}
+    if block.get("basis") == "end_to_end":
+        return block.get("stable") is True
+    return bool((result.get("calibration") or {}).get("stable"))
+
+
+def _model_basis(result: dict[str, Any]) -> str | None:
+    block = result.get("model") or {}
+    if not block:
+        return None
+    if block.get("basis") == "end_to_end":
+        phase = block.get("billed_phase")
+        return f"end_to_end ({phase})" if phase else "end_to_end (no phase accepted)"
+    return "amdahl (kernel audits weighted by eager time)"
+
+
 def billing_statement(result: dict[str, Any], figure: ModelFigure | None = None) -> dict[str, Any]:
     figure = figure or model_figure(result)
-    stable = figure.stable
+    stable = bool((result.get("calibration") or {}).get("stable"))  # the kernel audits' own A/A
     workloads = []
     for workload in result.get("workloads") or []:
         ci = workload.get("ci95") or [None, None]
@@ -240,7 +263,7 @@ def billing_statement(result: dict[str, Any], figure: ModelFigure | None = None)
         workloads.append({"name": workload.get("name"), "shape": workload.get("shape"),
                           "dtype": workload.get("dtype"), **entry.as_body()})
     reasons = []
-    if not stable:
+    if not figure.stable:
         reasons.append(_reason(NotBillable.UNSTABLE_CALIBRATION))
     if not sandbox_trusted(result) and figure.billable.reason is not NotBillable.SANDBOX_INCOMPLETE:
         reasons.append(_reason(NotBillable.SANDBOX_INCOMPLETE))
@@ -253,9 +276,12 @@ def billing_statement(result: dict[str, Any], figure: ModelFigure | None = None)
         "rule": BILLING_RULE,
         "billable": figure.billable.billable,
         "reasons": reasons,
-        "calibration_stable": stable,
+        "calibration_stable": figure.stable,
         "model": {
             "speedup": _text(figure.speedup), "ci95_high": _text(figure.ci_high),
+            # Which figure this is: the whole forward pass audited end to end (and its phase), or,
+            # for results made before that basis, the kernel audits weighted by eager time.
+            "figure": _model_basis(result),
             **figure.billable.as_body(),
         },
         "workloads": workloads,
@@ -332,13 +358,22 @@ class _Recipe:
         if model.files:
             checks.append(_checksum_line([(f.sha256, f"model/{f.path}") for f in model.files]))
         kernels: list[str] = []
+        end_to_end_basis = (self.result.get("model") or {}).get("basis") == "end_to_end"
         if (self.result.get("optimization") or {}).get("kernels_in_artifact"):
-            # The billed figure: the artifact's kernels audited again, weighted by the report's shares.
+            # The artifact's kernels audited again, weighted by the report's shares.
             kernels = [self._command("suite", ("--artifact", "artifact.json"), json_to="kernels.json"),
                        KERNELS_COMPARE_COMMAND]
-            self.notes.append("suite --artifact re-audits the kernels the billed model figure is weighted from, "
-                              "and compare-report recomputes that figure with the report's own weights; "
-                              "model-audit re-measures the whole forward pass (result.model.end_to_end).")
+            if end_to_end_basis:
+                self.notes.append("model-audit re-measures the whole forward pass, whose lowest phase is the billed "
+                                  "model figure (result.model.end_to_end); suite --artifact re-audits the kernels "
+                                  "of the Amdahl figure beside it, a diagnostic.")
+            else:
+                self.notes.append("suite --artifact re-audits the kernels the billed model figure is weighted from, "
+                                  "and compare-report recomputes that figure with the report's own weights; "
+                                  "model-audit re-measures the whole forward pass (result.model.end_to_end).")
+        elif end_to_end_basis:
+            self.notes.append("model-audit re-measures the whole forward pass, whose lowest phase is the billed "
+                              "model figure (result.model.end_to_end).")
         else:
             self.notes.append("model-audit re-measures the whole forward pass (result.model.end_to_end); the "
                               "billed model figure is weighted from per-workload audits whose kernels this "

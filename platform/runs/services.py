@@ -255,7 +255,9 @@ def run_succeed(*, run_id, worker: str, inventory: dict[str, Any] | None = None,
     if result is not None:
         model = result.get("model") or {}
         ci = model.get("ci95") or [None, None]
-        fields.update(result=result, stable=bool((result.get("calibration") or {}).get("stable")),
+        from reports.document import model_stable
+
+        fields.update(result=result, stable=model_stable(result),
                       model_speedup=model.get("speedup"), model_ci_low=ci[0], model_ci_high=ci[1],
                       verdict=result.get("verdict", ""))
     with transaction.atomic():

@@ -56,6 +56,31 @@ def test_it_does_not_bill_a_bound_at_or_below_one_or_a_missing_model_figure():
     assert billing["billable"] is False and billing["reasons"][0]["code"] == "no_model_figure"
 
 
+def _end_to_end(result, *, stable, phase="prefill", ci=(1.12, 1.35)):
+    """The model block a run makes since the end-to-end basis (runners.pipeline.billed_model_block)."""
+    amdahl = result["model"]
+    result["model"] = {"speedup": 1.2, "ci95": list(ci), "basis": "end_to_end", "billed_phase": phase, "stable": stable,
+                       "verdict": "accepted", "amdahl": {"speedup": amdahl["speedup"], "ci95": amdahl["ci95"]},
+                       "weighting": amdahl["weighting"]}
+    return result
+
+
+def test_a_model_run_bills_its_end_to_end_figure_on_the_stability_of_its_own_control():
+    # The kernel audits' calibration is unstable, the whole-model audit's A/A controls are stable:
+    # the end-to-end figure bills; the per-kernel rows keep their own (unstable) calibration.
+    billing = body_for(_end_to_end(synthetic_result(stable=False), stable=True))["billing"]
+    assert billing["billable"] is True and billing["calibration_stable"] is True
+    assert billing["model"]["billable_speedup"] == "1.1200" and billing["model"]["figure"] == "end_to_end (prefill)"
+    assert all(w["reason"] == "unstable_calibration" for w in billing["workloads"] if not w["billable"])
+    assert "end to end" in billing["rule"]
+    # And the other way round: a stable suite does not make an unstable end-to-end figure billable.
+    unstable = body_for(_end_to_end(synthetic_result(stable=True), stable=False))["billing"]
+    assert unstable["billable"] is False and [r["code"] for r in unstable["reasons"]] == ["unstable_calibration"]
+    assert model_figure(_end_to_end(synthetic_result(), stable=False)).stable is False
+    # Results made before the basis existed keep billing as they were signed (Amdahl).
+    assert body_for(synthetic_result())["billing"]["model"]["figure"].startswith("amdahl")
+
+
 def test_it_carries_what_a_verifier_needs():
     body = body_for(synthetic_result())
     assert body["schema"] == "dyno.report/1"

@@ -235,3 +235,25 @@ def test_calibrate_audits_the_baseline_against_itself_and_says_whether_figures_c
     printed = capsys.readouterr().out
     assert ("BILLABLE: " if billable else "NOT BILLABLE: ") in printed and "rmsnorm[" in printed
     assert main(["calibrate", "--profile", "cpu-ci", "--workloads", "conv", "--json", str(out)]) == 2
+
+
+def test_compare_report_on_the_end_to_end_basis_compares_the_billed_phase_and_the_amdahl_diagnostic(tmp_path, capsys):
+    from runners.__main__ import main
+
+    weighting = [{"key": "rmsnorm[R=32,H=256]float32", "weight": 0.5}]
+    run = {k: v for k, v in _suite_result(_workload(1.3, [1.2, 1.4])).items() if k != "candidate"}  # a model run's
+    signed = {**run,
+              "model": {"speedup": 1.5, "ci95": [1.3, 1.7], "basis": "end_to_end", "billed_phase": "prefill",
+                        "stable": True, "amdahl": {"speedup": 1.2, "ci95": [1.15, 1.25]}, "weighting": weighting,
+                        "end_to_end": _end_to_end(_phase("prefill", 1.5, [1.3, 1.7]),
+                                                  _phase("decode", None, None, "skipped"))}}
+    measured = {"artifact_sha256": ARTIFACT_SHA, "seed": SEED,
+                "end_to_end": _end_to_end(_phase("prefill", 1.4, [1.2, 1.6]), _phase("decode", None, None, "skipped"))}
+    assert _compare(tmp_path, _report(signed, ARTIFACT_SHA), measured) == 0
+    assert "the billed model figure is the end-to-end prefill phase" in capsys.readouterr().out
+    kernels = {"schema": "dyno.suite-result/1", "suite": {"profile": "cpu-ci"}, "artifact_sha256": ARTIFACT_SHA,
+               "workloads": [{"key": weighting[0]["key"], "name": "rmsnorm", "verdict": "accepted", "speedup": 1.5,
+                              "ci95": [1.45, 1.55]}]}
+    # 0.5/1.5 + 0.5 = 0.8333: 1.2x, inside the Amdahl interval [1.15, 1.25] (not the billed [1.3, 1.7]).
+    assert _compare(tmp_path, _report(signed, ARTIFACT_SHA), kernels) == 0
+    assert "Amdahl model figure (a diagnostic" in capsys.readouterr().out

@@ -115,3 +115,51 @@ def test_it_lets_the_callers_own_stop_through_the_end_to_end_audit(monkeypatch, 
     monkeypatch.setattr(runners.modelaudit, "audit_model_forward", reports_progress)
     with pytest.raises(RunCancelled):
         end_to_end_audit(tmp_path, None, batch=2, seq=16, device="cpu", profile="cpu-ci", seed=1, progress=cancelled)
+
+
+def _phase(name, speedup, ci, *, verdict="accepted", stable=True, reasons=()):
+    return {"phase": name, "verdict": verdict, "speedup": speedup, "ci95": ci, "aa": {"stable": stable},
+            "reasons": list(reasons)}
+
+
+def _amdahl():
+    gemm = _planned("gemm", 0.6)
+    entries = [{"key": gemm.key, "verdict": "accepted", "speedup": 2.0, "ci95": [1.5, 2.5]}]
+    return model_figure(entries, [gemm], total_time_s=1.0, unsupported=[])
+
+
+def test_the_end_to_end_phase_with_the_lowest_bound_bills_and_the_amdahl_figure_stays_beside_it():
+    from runners.pipeline import billed_model_block
+
+    amdahl = _amdahl()
+    block = billed_model_block(amdahl, {"phases": [_phase("prefill", 1.3, [1.2, 1.4]), _phase("decode", 1.5, [1.1, 1.9])]})
+    assert (block["basis"], block["billed_phase"], block["speedup"], block["ci95"]) == ("end_to_end", "decode", 1.5, [1.1, 1.9])
+    assert block["stable"] is True and block["verdict"] == "accepted"
+    assert block["amdahl"]["speedup"] == amdahl["speedup"] and block["weighting"] == amdahl["weighting"]
+    # A skipped phase (an encoder has no decode step) is not audited, so it cannot block the figure.
+    encoder = billed_model_block(amdahl, {"phases": [_phase("prefill", 1.1, [1.05, 1.2]),
+                                                     _phase("decode", None, None, verdict="skipped", stable=None)]})
+    assert encoder["billed_phase"] == "prefill" and encoder["stable"] is True
+
+
+def test_an_unstable_end_to_end_control_makes_the_billed_figure_unstable():
+    from runners.pipeline import billed_model_block
+
+    block = billed_model_block(_amdahl(), {"phases": [_phase("prefill", 1.3, [1.2, 1.4]),
+                                                      _phase("decode", 1.5, [1.3, 1.7], stable=False)]})
+    assert block["billed_phase"] == "prefill" and block["stable"] is False
+
+
+def test_no_model_figure_bills_when_the_end_to_end_audit_did_not_run_or_refused_the_artifact():
+    from runners.pipeline import billed_model_block
+
+    amdahl = _amdahl()
+    missing = billed_model_block(amdahl, {"error": "RuntimeError: no"})
+    assert missing["speedup"] is None and missing["ci95"] is None and missing["stable"] is False
+    assert [r["code"] for r in missing["reasons"]] == ["model.no_end_to_end"]
+    assert missing["amdahl"]["speedup"] == pytest.approx(amdahl["speedup"])  # never standing in for it
+    refused = billed_model_block(amdahl, {"phases": [
+        _phase("prefill", 1.3, [1.2, 1.4]),
+        _phase("decode", None, None, verdict="rejected", reasons=[{"code": "correctness.mismatch", "message": "logits differ"}])]})
+    assert refused["speedup"] is None and refused["verdict"] == "rejected"
+    assert refused["reasons"] == [{"code": "correctness.mismatch", "message": "decode: logits differ"}]

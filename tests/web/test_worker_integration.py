@@ -40,7 +40,14 @@ def test_it_runs_a_model_through_every_stage(start_worker, version):
     # Results: one row per audited workload plus the model, the raw result, the artifact.
     rows = list(run.workload_results.all())
     assert sum(r.is_model for r in rows) == 1 and len(rows) == 3  # DYNO_RUN_WORKLOAD_LIMIT=2 in tests
-    assert run.result["schema"] == "dyno.suite-result/1" and run.model_ci_low <= run.model_speedup <= run.model_ci_high
+    assert run.result["schema"] == "dyno.suite-result/1"
+    # The billed figure is the end-to-end audit's (the Amdahl figure of the kernel audits beside it).
+    model = run.result["model"]
+    assert model["basis"] == "end_to_end" and model["amdahl"]["ci95"][0] <= model["amdahl"]["speedup"]
+    if model["verdict"] == "accepted":
+        assert run.model_ci_low <= run.model_speedup <= run.model_ci_high and model["billed_phase"] in ("prefill", "decode")
+    else:
+        assert run.model_speedup is None and model["reasons"]
     assert run.artifact["schema"] == "dyno.optimization-artifact/1" and len(run.artifact_sha256) == 64
     assert {r.verdict for r in rows} <= {"accepted", "rejected", "error"}
     # The whole forward pass was audited too: prefill and (a Llama has a KV cache) decode.

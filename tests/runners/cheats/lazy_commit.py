@@ -1,9 +1,11 @@
 """Patches the harness inside its own process: timed calls return garbage at once, and only the
 outputs the parent later asks for are computed, when they are fetched. Outputs read from the frozen
-worker (or the checksums committed when the sample ended) give it away."""
+worker (or the checksums committed when the sample ended) give it away. Check sets run through
+the same op_run, so its garbage is often caught there first: as a mismatch, a second call that
+differs, or NaN, whatever the uninitialised memory held (a CI run saw the last two)."""
 # workload: rmsnorm
 # verdict: rejected
-# expect-any: integrity.commitment_mismatch | correctness.timed_output_mismatch | correctness.mismatch
+# expect-any: integrity.commitment_mismatch | correctness.timed_output_mismatch | correctness.mismatch | correctness.nondeterministic | correctness.nonfinite
 import torch
 import torch.nn.functional as F
 
