@@ -164,9 +164,15 @@ def test_it_reproduces_a_model_run_from_its_artifact_as_printed(
         if phase["verdict"] == "accepted":
             assert isinstance(phase["speedup"], float)
     assert any(p["ci95"] for p in theirs.values()), theirs
-    # The billed figure: the artifact's kernels audited again, weighted with the report's shares.
+    # The billed figure is the end-to-end audit's (compared above, phase by phase); the Amdahl
+    # diagnostic beside it: the artifact's kernels audited again, weighted with the report's shares.
+    model = body["result"]["model"]
+    assert model["basis"] == "end_to_end"
+    if model.get("billed_phase"):
+        assert f"the billed model figure is the end-to-end {model['billed_phase']} phase" in compared
     (kernels_line,) = [line for line in printed if " suite --artifact artifact.json " in line]
     kernels = json.loads((clone / "kernels.json").read_text())
-    assert {w["key"] for w in kernels["workloads"]} == {w["key"] for w in body["result"]["model"]["weighting"]}
-    (billed,) = [out for line, out in printed.items() if line.endswith("compare-report report.json kernels.json")]
-    assert "model figure (billed" in billed and f"report weighted {body['result']['model']['speedup']:.3f}x" in billed
+    assert {w["key"] for w in kernels["workloads"]} == {w["key"] for w in model["weighting"]}
+    (diagnostic,) = [out for line, out in printed.items() if line.endswith("compare-report report.json kernels.json")]
+    assert "Amdahl model figure (a diagnostic" in diagnostic
+    assert f"report weighted {model['amdahl']['speedup']:.3f}x" in diagnostic
