@@ -116,7 +116,7 @@ def test_it_reports_an_optimized_side_that_fails_to_load_as_an_error(sample_mode
 def test_it_audits_other_architectures_and_skips_decode_without_a_next_token_step(tmp_path, family, decode):
     folder = write_sample_model(tmp_path / family, family)
     report = _audit(folder, None, rounds=2)
-    assert _phase(report, "prefill")["verdict"] == "accepted"
+    assert _phase(report, "prefill")["verdict"] == "accepted", _phase(report, "prefill")["reasons"]
     assert _phase(report, "decode")["verdict"] == ("accepted" if decode else "skipped")
     if not decode:
         assert "does not generate" in _phase(report, "decode")["note"] and report["notes"]
