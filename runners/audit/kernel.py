@@ -292,7 +292,7 @@ class KernelAudit:
                 generation = round_generation
                 self.note(0.30 + 0.6 * round_index / total, f"{spec.key}: fresh workers (generation {generation + 1})")
                 everyone = self.renew(slots, everyone)
-                if any(r.code.startswith(("correctness.", "integrity.")) for r in self.outcome.reasons):
+                if self.outcome.proven_wrong:
                     break
             self.note(0.30 + 0.6 * round_index / total, f"{spec.key}: round {round_index + 1}/{total}")
             round_seed = suite.derive_seed(self.seed, spec.key, "round", round_index, secrets.randbits(32))
@@ -337,7 +337,7 @@ class KernelAudit:
                     slot.samples.append(records[slot.label])
                 measured.append(records)
                 self.outcome.generations.append(generation)
-            if any(r.code.startswith(("correctness.", "integrity.")) for r in self.outcome.reasons):
+            if self.outcome.proven_wrong:
                 break  # proven wrong: more rounds would only repeat it
         for slot in slots:
             slot.worker.call("release", timeout=self.timeout)

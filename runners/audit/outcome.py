@@ -87,6 +87,11 @@ class Outcome:
         message = f"{exc.message} | {hint}" if hint else exc.message
         self.fail([Reason(exc.code if exc.code in verify.REASON_CODES else "sandbox.protocol", message)])
 
+    @property
+    def proven_wrong(self) -> bool:
+        """A correctness or integrity reason is on record: more rounds would only repeat it."""
+        return any(r.code.startswith(("correctness.", "integrity.")) for r in self.reasons)
+
     def absorb(self, judgement: Judgement) -> None:
         self.fail(judgement.reasons)
         self.max_abs_err = max(self.max_abs_err or 0.0, judgement.max_abs_err)
