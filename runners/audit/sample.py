@@ -125,7 +125,8 @@ def _step(worker: Worker, inputs: SharedInputs, slots: Sequence[int], *, base: i
           discount: bool) -> _Steps:
     """Reveal call i's values, announce it, wait for the worker to say it is done; read the outputs
     of the calls in `snapshot` (drawn secretly by the caller) at that moment, before the next call's
-    values exist anywhere the worker can read. A worker that says "done" early, to get the next
+    values exist anywhere the worker can read, in a secret order of chunks (a worker finishing the
+    end of an output after its report cannot stay ahead of a front-to-back read). A worker that says "done" early, to get the next
     inputs and compute several calls at once, is caught by a snapshot that does not hold the
     outputs it later reports."""
     steps = _Steps()
@@ -158,7 +159,7 @@ def _step(worker: Worker, inputs: SharedInputs, slots: Sequence[int], *, base: i
         if index in snapshot:
             taken = []
             for address, span in done.outputs()[:outputs]:
-                data = worker.peek(address, span) if address and 0 < span <= max_span else b""
+                data = worker.peek_scattered(address, span) if address and 0 < span <= max_span else b""
                 taken.append((address, data))
             steps.snapshots[index] = taken
     return steps

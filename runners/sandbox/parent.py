@@ -175,6 +175,22 @@ class Worker:
         except (OSError, OverflowError, ValueError):
             return b""
 
+    def peek_scattered(self, address: int, nbytes: int, *, chunk: int = 1 << 16) -> bytes:
+        """Like `peek`, but the span is read in chunks taken in an order drawn from a secret source,
+        so a worker still writing part of the span cannot stay ahead of the read by writing in
+        the order a front-to-back read would follow. Empty when any chunk is unreadable."""
+        if nbytes <= chunk:
+            return self.peek(address, nbytes)
+        data = bytearray(nbytes)
+        starts = list(range(0, nbytes, chunk))
+        secrets.SystemRandom().shuffle(starts)
+        for start in starts:
+            part = self.peek(address + start, min(chunk, nbytes - start))
+            if len(part) != min(chunk, nbytes - start):
+                return b""
+            data[start:start + len(part)] = part
+        return bytes(data)
+
     def _watchdog(self) -> None:
         rss = self.rss_bytes()
         if rss > self.sandbox.config.memory_bytes:
