@@ -9,7 +9,7 @@ PORT   ?= 8000
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/dyno
 TEST_BROKER_URL   ?= redis://127.0.0.1:6379/15
 
-.PHONY: install demo test test-fast worker web migrate bench clean
+.PHONY: install demo test test-fast worker web migrate bench gpu-check gpu-wheels clean
 
 $(VENV)/.installed: pyproject.toml scripts/install.sh
 	PYTHON=$(PYTHON) VENV=$(VENV) bash scripts/install.sh
@@ -39,6 +39,18 @@ worker: install
 
 bench: install
 	$(BIN)/python benchmarks/harness.py
+
+# The one-shot GPU check (benchmarks/gpu_check.py). On the GPU machine it runs on that machine's own
+# python3 with what `make gpu-wheels` put in .whl/; DRY_RUN=1 runs it here on CPU (cpu-ci shapes).
+GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+gpu-check:
+	@if [ -z "$(DRY_RUN)" ] && ls .whl/*.whl >/dev/null 2>&1; then \
+		$(GPU_PYTHON) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/dyno-gpu-site .whl/*.whl; fi
+	PYTHONPATH=/tmp/dyno-gpu-site$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PYTHON) benchmarks/gpu_check.py $(if $(DRY_RUN),--dry-run,)
+
+# What the GPU machine's image lacks, as Python 3.12 wheels for it (git-ignored; carried to the machine).
+gpu-wheels:
+	bash scripts/gpu_wheels.sh
 
 clean:
 	rm -rf $(VENV) var .pytest_cache

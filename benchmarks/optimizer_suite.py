@@ -1,6 +1,6 @@
-"""Benchmark of the optimizer as the harness judges it: `python -m runners suite --optimized`.
+"""Benchmark of the optimizer as the harness judges it: `python -m pipeline suite`.
 
-Runs the audited suite with --optimized on a profile from an empty tuning cache (cold), then the
+Runs the optimizer's tuned, audited suite on a profile from an empty tuning cache (cold), then the
 tuning again on the warm cache, then a new batch size inside a tuned bucket, and writes
 benchmarks/results/optimizer-suite-<profile>.json: per workload the chosen candidate, verdict,
 audited speedup over eager with its CI, speedup over the torch-compile reference point, and the
@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from optimizer.cache import BUCKETED_DIMS, bucket  # noqa: E402
 from optimizer.candidates import resolve_family  # noqa: E402
 from runners.fingerprint import environment_fingerprint  # noqa: E402
-from runners.optimized import selected_specs, tune_specs  # noqa: E402
+from pipeline.optimized import selected_specs, tune_specs  # noqa: E402
 from runners.suite import WorkloadSpec  # noqa: E402
 
 # The issue's targets on the `cpu` profile (geomeans of the audited suite) and for tuning latency.
@@ -83,7 +83,7 @@ def per_workload(document: dict[str, Any]) -> list[dict[str, Any]]:
 def cold_run(profile: str, workloads: str, budget: float, cache: Path, out: Path) -> tuple[dict[str, Any], float]:
     """The CLI exactly as a user runs it, on an empty cache. Exit 1 (something rejected) still
     writes the document, which is what this benchmark reports."""
-    command = [sys.executable, "-m", "runners", "suite", "--profile", profile, "--optimized", "--tuning-cache", str(cache),
+    command = [sys.executable, "-m", "pipeline", "suite", "--profile", profile, "--tuning-cache", str(cache),
                "--tune-budget", str(budget), "--reference-points", REFERENCE, "--json", str(out)]
     if workloads:
         command += ["--workloads", workloads]
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "dyno optimizer, audited suite",
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(["python", "benchmarks/optimizer_suite.py", *(argv if argv is not None else sys.argv[1:])]),
-        "suite_command": f"python -m runners suite --profile {args.profile} --optimized --tuning-cache EMPTY "
+        "suite_command": f"python -m pipeline suite --profile {args.profile} --tuning-cache EMPTY "
                          f"--tune-budget {args.tune_budget:g} --reference-points {REFERENCE} --json OUT"
                          + (f" --workloads {args.workloads}" if args.workloads else ""),
         "profile": args.profile,

@@ -18,7 +18,7 @@ from typing import Any
 # Compile worker processes only add noise to timings on small CPU runners.
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
-DEFAULT_EVALUATOR = "runners.evaluate:SandboxEvaluator"
+DEFAULT_EVALUATOR = "pipeline.evaluator:SandboxEvaluator"
 DEFAULT_SUITE = "runners.suite"
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["audit_candidate", "run_suite", "SandboxEvaluator"]
+__all__ = ["audit_candidate", "run_suite", "QuickGrader"]
 
 
 def __getattr__(name: str) -> Any:

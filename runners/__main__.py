@@ -1,8 +1,8 @@
 """Command line: `python -m runners audit|suite|model-audit|calibrate` measure and write JSON; `compare-report`
 sets such a measurement beside the signed report it reproduces (every report prints the recipe).
 
-`suite --optimized` first tunes every workload with Dyno's optimizer (tuning cache first), then
-audits what it chose exactly as it audits a `--candidates` directory. `model-audit` is the whole-model
+The optimizer's tuned suite is `python -m pipeline suite` (the judge never imports the optimizer); it
+audits what the optimizer chose exactly as `suite --candidates` audits a directory. `model-audit` is the whole-model
 audit a model run does (runners.modelaudit): the model folder eager against an optimization artifact.
 
 Exit codes: 0 accepted (suite: nothing rejected or errored; compare-report: every figure agrees), 1
@@ -15,32 +15,22 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import secrets
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-EXIT_ACCEPTED, EXIT_REJECTED, EXIT_CANNOT_RUN = 0, 1, 2
-# Relative to the current directory: the platform's own default when run from the repository root.
-DEFAULT_TUNING_CACHE = "var/tuning-cache.jsonl"
-DEFAULT_TUNE_BUDGET_S = 20.0
+from runners.cli import EXIT_ACCEPTED, EXIT_REJECTED
+from runners.cli import Parser as _Parser
+from runners.cli import fail as _fail
+from runners.cli import progress_lines as _progress
+from runners.cli import write_json as _write
+
 REPORT_SCHEMA = "dyno.report/1"  # platform/reports/document.py writes it; only read here
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits 2 too; keep the message readable
-        self.print_usage(sys.stderr)
-        raise SystemExit(_fail(f"{message} (see --help)"))
 
 
 class _CannotRun(Exception):
     """The command cannot run as asked; the message says what was wrong and what to do."""
-
-
-def _fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return EXIT_CANNOT_RUN
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -57,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
                 "--reference-points",
                 default=None,
                 help="comma-separated reference points to time beside the baseline (torch-compile); "
-                "default: none, or torch-compile with --optimized",
+                "default: none",
             )
         sub.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
@@ -73,23 +63,6 @@ def _parser() -> argparse.ArgumentParser:
         "--artifact", type=Path, default=None,
         help="a model run's artifact.json: audit the kernels it carries (`audited`) at the model's own shapes, "
         "the per-workload audits its billed model figure is weighted from",
-    )
-    chosen_by.add_argument(
-        "--optimized", action="store_true", help="tune each workload with Dyno's optimizer (tuning cache first), then audit its picks"
-    )
-    suite_cmd.add_argument(
-        "--tuning-cache",
-        type=Path,
-        default=None,
-        metavar="PATH",
-        help=f"with --optimized: the JSON-lines tuning cache (default: $DYNO_TUNING_CACHE or {DEFAULT_TUNING_CACHE})",
-    )
-    suite_cmd.add_argument(
-        "--tune-budget",
-        type=_positive_seconds,
-        default=None,
-        metavar="SECONDS",
-        help=f"with --optimized: search time per workload on a cache miss (default: $DYNO_TUNE_BUDGET_SECONDS or {DEFAULT_TUNE_BUDGET_S:g})",
     )
     common(suite_cmd)
     model = commands.add_parser(
@@ -125,16 +98,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: the budget must be a positive number of seconds")
-    return value
-
-
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -143,27 +106,6 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
     return value
-
-
-def _progress(quiet: bool) -> Any:
-    if quiet:
-        return None
-
-    def report(fraction: float, message: str) -> None:
-        print(f"[{fraction:6.1%}] {message}", file=sys.stderr, flush=True)
-
-    return report
-
-
-def _tuning_table(optimization: dict[str, Any]) -> str:
-    """What the optimizer chose per workload and what choosing cost, under the audit's table."""
-    lines = [f"optimizer (budget {optimization['budget_s']:g} s per workload, cache {optimization['tuning_cache']}):"]
-    for record in optimization["tuning"]:
-        how = "cache hit" if record["cache_hit"] else f"{record['trials']} trials, {record['seconds']:.1f} s"
-        lines.append(f"  {record['key']}: {record['candidate']} ({how})")
-    seconds = optimization["seconds"]
-    lines.append(f"tuning {seconds['tune']:.1f} s, audit {seconds['audit']:.1f} s")
-    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -216,34 +158,13 @@ def _calibrate(args: argparse.Namespace) -> int:
     return EXIT_ACCEPTED if document["verdict"]["billable"] else EXIT_REJECTED
 
 
-def _write(path: Path, document: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=2) + "\n")
-
-
 def _kernel_audit(args: argparse.Namespace) -> int:
     """`audit` and `suite`: candidates against the suite's baselines."""
     from runners import suite
     from runners.evaluate import HarnessError, audit_candidate, run_suite
     from runners.result import render_table
 
-    optimized = getattr(args, "optimized", False)
-    if optimized:
-        cache_path = args.tuning_cache or Path(os.environ.get("DYNO_TUNING_CACHE") or DEFAULT_TUNING_CACHE)
-        try:
-            budget_s = args.tune_budget or _positive_seconds(os.environ.get("DYNO_TUNE_BUDGET_SECONDS") or str(DEFAULT_TUNE_BUDGET_S))
-        except argparse.ArgumentTypeError as exc:
-            return _fail(f"DYNO_TUNE_BUDGET_SECONDS {exc}")
-        try:  # fail now, not after minutes of tuning
-            cache_path.parent.mkdir(parents=True, exist_ok=True)
-            cache_path.open("a").close()
-        except OSError as exc:
-            return _fail(f"cannot use tuning cache {cache_path}: {exc.strerror}")
-    elif getattr(args, "tuning_cache", None) or getattr(args, "tune_budget", None):
-        return _fail("--tuning-cache and --tune-budget only apply with --optimized")
-    if args.reference_points is None:  # an optimized run is judged against what torch.compile gives for free
-        args.reference_points = "torch-compile" if optimized else ""
-    points = [p for p in args.reference_points.split(",") if p]
+    points = [p for p in (args.reference_points or "").split(",") if p]
     try:
         if args.command == "audit":
             if args.workload not in suite.workload_names():
@@ -268,20 +189,7 @@ def _kernel_audit(args: argparse.Namespace) -> int:
             unknown = [n for n in names if n not in suite.workload_names()]
             if unknown:
                 return _fail(f"unknown workload(s) {', '.join(unknown)}; use {', '.join(suite.workload_names())}")
-            if optimized:
-                from runners.optimized import run_optimized_suite
-
-                document = run_optimized_suite(
-                    args.profile,
-                    workloads=names or None,
-                    device=args.device,
-                    cache_path=cache_path,
-                    budget_s=budget_s,
-                    seed=args.seed,
-                    reference_points=points,
-                    progress=_progress(args.quiet),
-                )
-            elif args.artifact is not None:
+            if args.artifact is not None:
                 from runners.evaluate import audit_specs
 
                 if names:
@@ -318,8 +226,6 @@ def _kernel_audit(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     _write(args.json, document)
     print(render_table(document))
-    if "optimization" in document:
-        print("\n" + _tuning_table(document["optimization"]))
     print(f"\nwrote {args.json}")
     return EXIT_ACCEPTED if ok else EXIT_REJECTED
 
@@ -510,8 +416,8 @@ def _workload_pairs(signed: dict[str, Any], measured: dict[str, Any]) -> tuple[l
 
 def _billed_model_pair(report: dict[str, Any], measured: dict[str, Any]) -> list[Pair]:
     """The billed model figure recomputed from the reproduced kernel audits with the report's own
-    signed weights (the run's formula, runners.pipeline.weighted_figure), beside the signed one."""
-    from runners.pipeline import weighted_figure
+    signed weights (the run's formula, runners.modelplan.weighted_figure), beside the signed one."""
+    from runners.modelplan import weighted_figure
 
     model = (report.get("result") or {}).get("model") or {}
     weights = {w.get("key"): float(w.get("weight") or 0.0) for w in model.get("weighting") or []}

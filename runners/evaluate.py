@@ -1,5 +1,5 @@
 """Evaluation's public entry points: audit candidates against the suite (`audit_candidate`,
-`run_suite`, `audit_specs`) and grade the optimizer's proposals quickly (`SandboxEvaluator`), all
+`run_suite`, `audit_specs`) and grade a search's proposals quickly (`QuickGrader`), all
 with one engine (`runners.audit.kernel.KernelAudit`).
 
 The parent chooses every input, computes every reference, and judges what workers send back.
@@ -17,8 +17,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from optimizer.evaluation import Budget, Candidate, Measurement
-from runners import measure, result, stats, suite
+from runners import measure, result, suite
 from runners.audit.kernel import REFERENCE_POINTS, KernelAudit
 from runners.audit.outcome import entry as _entry, error_entry as _error_entry
 from runners.audit.session import AuditSession, HarnessError
@@ -29,7 +28,7 @@ from runners.suite import WorkloadSpec
 
 Progress = Callable[[float, str], None]
 
-__all__ = ["AuditSession", "HarnessError", "REFERENCE_POINTS", "SandboxEvaluator", "audit_candidate", "audit_specs", "run_suite"]
+__all__ = ["AuditSession", "HarnessError", "QuickGrade", "QuickGrader", "REFERENCE_POINTS", "audit_candidate", "audit_specs", "run_suite"]
 
 
 def _audit_spec(session: AuditSession, spec: WorkloadSpec, source: str, **options: Any):
@@ -328,11 +327,22 @@ def audit_specs(
     )
 
 
-class SandboxEvaluator:
-    """The optimizer's evaluator: quick, noisy, but sandboxed and verified like an audit.
+@dataclass(frozen=True)
+class QuickGrade:
+    """A quick audit's outcome, in the judge's terms: accepted or not, the timings, the reason codes."""
 
-    One zygote and one trusted baseline worker live as long as the evaluator; each candidate gets
-    a fresh forked worker (about 0.1 s), so evaluating many candidates stays cheap.
+    accepted: bool
+    candidate_s: list[float]
+    baseline_s: list[float]
+    codes: tuple[str, ...]
+
+
+class QuickGrader:
+    """Quick, noisy, but sandboxed and verified like an audit: what a search grades proposals with
+    (the optimizer's adapter is `pipeline.evaluator.SandboxEvaluator`).
+
+    One zygote and one trusted baseline worker live as long as the grader; each candidate gets a
+    fresh forked worker (about 0.1 s), so grading many candidates stays cheap.
     """
 
     def __init__(
@@ -351,40 +361,32 @@ class SandboxEvaluator:
         self._session: AuditSession | None = None
         self._count = 0
 
-    def __enter__(self) -> SandboxEvaluator:
+    def __enter__(self) -> QuickGrader:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def evaluate(self, candidate: Candidate, budget: Budget) -> Measurement:
-        if candidate.workload != self.spec.name:
-            raise ValueError(f"candidate is for {candidate.workload!r}, this evaluator grades {self.spec.name!r}")
+    def grade(self, source: str, *, rounds: int, max_seconds: float) -> QuickGrade:
         if self._session is None:
             self._session = AuditSession(device=self.device, config=self._config)
         self._count += 1
-        protocol = measure.quick_protocol(self._profile, rounds=budget.rounds)
+        protocol = measure.quick_protocol(self._profile, rounds=rounds)
         seed = suite.derive_seed(self._seed, "evaluation", self._count)
         with _ParentThreads():
             outcome = _audit_spec(
                 self._session,
                 self.spec,
-                candidate.source,
+                source,
                 protocol=protocol,
                 seed=seed,
                 aa_control=False,
-                deadline=time.monotonic() + budget.max_seconds,
+                deadline=time.monotonic() + max_seconds,
             )
         codes = tuple(dict.fromkeys(r.code for r in outcome.reasons))
-        if outcome.verdict != "accepted" or not outcome.candidate:
-            return Measurement(correct=False, median_s=None, reasons=codes)
-        return Measurement(
-            correct=True,
-            median_s=stats.median(outcome.candidate),
-            spread=stats.relative_iqr(outcome.candidate),
-            baseline_median_s=stats.median(outcome.baseline),
-            reasons=codes,
-        )
+        accepted = outcome.verdict == "accepted" and bool(outcome.candidate)
+        return QuickGrade(accepted=accepted, candidate_s=list(outcome.candidate or []),
+                          baseline_s=list(outcome.baseline or []), codes=codes)
 
     def close(self) -> None:
         if self._session is not None:

@@ -68,6 +68,17 @@ def _thp_mode() -> str | None:
     return text[start + 1:end] if 0 <= start < end else None
 
 
+def gpu_uuid(index: int = 0) -> str | None:
+    """The UUID of the GPU this process sees as `index` (`GPU-...` as nvidia-smi prints it), or None."""
+    import torch
+
+    try:
+        raw = str(torch.cuda.get_device_properties(index).uuid)
+    except (AttributeError, RuntimeError, AssertionError):
+        return None
+    return raw if raw.startswith("GPU-") else f"GPU-{raw}"
+
+
 def environment_fingerprint(device: str = "cpu", *, threads: int | None = None) -> dict[str, Any]:
     """Device, driver, CUDA, torch, triton, Python, CPU, threads, host and load at measurement time.
 
@@ -110,6 +121,10 @@ def environment_fingerprint(device: str = "cpu", *, threads: int | None = None) 
             device_name=properties.name,
             gpu={
                 "name": properties.name,
+                # The physical GPU, whatever index this process sees it at: what one worker per GPU
+                # is bound to, and what the device lock of a host is keyed on.
+                "uuid": gpu_uuid(index),
+                "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
                 "memory_bytes": properties.total_memory,
                 "multiprocessors": properties.multi_processor_count,
                 "capability": f"{properties.major}.{properties.minor}",

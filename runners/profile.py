@@ -604,6 +604,39 @@ def inventory(
     return workloads, unclassified
 
 
+# What profiling may map beyond the process's address space on a CPU host: the sandbox's own
+# per-worker memory limit (runners.sandbox.SandboxConfig.memory_bytes), so an architecture card
+# built with random weights here cannot take more than it could in a sandboxed worker.
+PROFILE_MEMORY_BYTES = 8 << 30
+
+
+class ProfileMemoryExceeded(MemoryError):
+    """The model did not fit in the memory a profile may use; the message says how much that is."""
+
+
+@contextmanager
+def address_space_window(extra_bytes: int) -> Iterator[None]:
+    """Lower this process's soft address-space limit to what it maps now plus `extra_bytes`, and
+    put it back after (a soft limit may be raised again up to the hard one). Allocations past it
+    fail (MemoryError, or torch's RuntimeError) instead of taking the host's memory."""
+    import os
+    import resource
+
+    with open("/proc/self/statm") as statm:
+        mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = mapped + extra_bytes
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    if soft != resource.RLIM_INFINITY:
+        limit = min(limit, soft)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 def profile_model(
     model_dir: Path,
     *,
@@ -613,12 +646,33 @@ def profile_model(
     repeats: int = 3,
     progress: Progress | None = None,
     seed: int = 0,
+    memory_bytes: int | None = PROFILE_MEMORY_BYTES,
 ) -> dict[str, Any]:
     """Load the model, time `repeats` eager forwards after a warm-up, take its workload inventory.
 
     Uses the torch thread count the caller configured. Returns a JSON-serialisable dict with
-    schema `dyno.inventory/1` (see the module docstring for the shape keys).
+    schema `dyno.inventory/1` (see the module docstring for the shape keys). On CPU the model is
+    built and run under an address-space window of `memory_bytes` beyond what the process maps
+    (None: no window; a GPU's driver maps far more address space than it uses, so none there):
+    a model that needs more raises ProfileMemoryExceeded.
     """
+    if memory_bytes is None or device != "cpu":
+        return _profile_model(Path(model_dir), batch=batch, seq=seq, device=device, repeats=repeats,
+                              progress=progress, seed=seed)
+    try:
+        with address_space_window(memory_bytes):
+            return _profile_model(Path(model_dir), batch=batch, seq=seq, device=device, repeats=repeats,
+                                  progress=progress, seed=seed)
+    except (MemoryError, RuntimeError) as exc:
+        if isinstance(exc, RuntimeError) and "alloc" not in str(exc).lower():
+            raise
+        raise ProfileMemoryExceeded(
+            f"the model needs more than the {memory_bytes / 2**30:.1f} GiB a profile may use at batch {batch} x seq "
+            f"{seq} on CPU; choose a smaller batch or sequence, or a smaller model") from None
+
+
+def _profile_model(model_dir: Path, *, batch: int, seq: int, device: str, repeats: int,
+                   progress: Progress | None, seed: int) -> dict[str, Any]:
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     report = progress or (lambda fraction, message: None)

@@ -50,7 +50,7 @@ def models(request: HttpRequest) -> JsonResponse:
         version = model_version_upload(actor=actor, organization=organization_for_actor(actor),
                                        model_name=request.POST.get("name", ""), uploads=uploads)
     except UploadRejected as exc:
-        raise ApiError(400, exc.code, exc.message) from None
+        raise ApiError(403 if exc.code == "forbidden" else 400, exc.code, exc.message) from None
     return JsonResponse(model_version_dict(version, with_files=True), status=201)
 
 

@@ -23,6 +23,7 @@ from accounts.throttle import QuotaExceeded, wait_phrase, window_bounds, window_
 from auditlog.services import audit_record
 from catalog.models import Model, ModelFile, ModelVersion
 from catalog.validation import (
+    RejectCode,
     UploadLimits,
     UploadRejected,
     check_filenames,
@@ -149,6 +150,8 @@ def _stage(uploads: list[NamedUpload], staging: Path, limits: UploadLimits) -> N
 def model_version_upload(*, actor: Actor, organization: Organization, model_name: str,
                          uploads: list[NamedUpload]) -> ModelVersion:
     """Validate and record a new version of `model_name`. Raises UploadRejected; leaves nothing behind."""
+    if not actor.can_write(organization.pk):
+        raise UploadRejected(RejectCode.FORBIDDEN, "Your role cannot upload models; ask an owner of the organization.")
     model_name = (model_name or "").strip()
     if not model_name or len(model_name) > 200:
         raise UploadRejected("bad_name", "Give the model a name of 1 to 200 characters.")

@@ -57,6 +57,7 @@ class RejectCode(StrEnum):
     NAME_TOO_LONG = "name_too_long"
     DUPLICATE_FILE = "duplicate_file"
     MODEL_TOO_LARGE = "model_too_large"
+    FORBIDDEN = "forbidden"
 
 
 class UploadRejected(Exception):

@@ -48,6 +48,25 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_int_map(name: str, default: dict[str, int], *, minimum: int = 1) -> dict[str, int]:
+    """`KEY=N,KEY=N` (e.g. `cpu=1500000000,gpu-h200=20000000000`), each N a whole number >= minimum;
+    keys not given keep their default."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return dict(default)
+    values = dict(default)
+    for item in (part.strip() for part in raw.split(",") if part.strip()):
+        key, _, number = item.partition("=")
+        try:
+            value = int(number.replace("_", ""))
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: {item!r} is not KEY=N with N a whole number.") from None
+        if not key.strip() or value < minimum:
+            raise ImproperlyConfigured(f"{name}: {item!r} needs a key and a number of at least {minimum}.")
+        values[key.strip()] = value
+    return values
+
+
 def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     value = os.environ.get(name) or default
     if value not in choices:

@@ -14,10 +14,11 @@ from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import Resolver404, resolve
+from django.utils import timezone
 
 from accounts.clients import client_address, device_cookie_set
 from accounts.selectors import Actor, actor_for_user
-from accounts.throttle import LimitReached, Throttled, wait_phrase, window_take
+from accounts.throttle import LimitReached, Throttled, wait_phrase, window_bounds, window_take, window_used
 from api.auth import _authenticate as api_key_actor
 from api.bounded import content_length
 from api.errors import ApiError, error_response, is_api_path
@@ -50,10 +51,20 @@ class RequestGuard:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.method == "POST":
-            refused = self._before_body(request)
+        api = is_api_path(request)
+        if api:
+            refused = _bad_keys_refusal(request)
             if refused is not None:
                 return refused
+        response = self._before_body(request) if request.method == "POST" else None
+        if response is None:
+            response = self._respond(request)
+        if api and response.status_code == 401:
+            window_take(key=_bad_keys_key(request), amount=1, limit=1 << 30,
+                        seconds=settings.DYNO_THROTTLE_WINDOW_SECONDS)
+        return response
+
+    def _respond(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
         proof = getattr(request, "signin_device_proof", None)
         if proof:
@@ -85,11 +96,30 @@ class RequestGuard:
                 actor = _uploader(request)
                 if isinstance(actor, HttpResponse):
                     return actor
-                if view_name in MODEL_UPLOADS and declared is not None:
+                if view_name in MODEL_UPLOADS:
+                    refused = _upload_refusal(request, actor, declared)
+                    if refused is not None:
+                        return refused
                     _upload_room(actor, declared)
         except LimitReached as limit:
             return limit_response(request, limit)
         return None
+
+
+def _bad_keys_key(request: HttpRequest) -> str:
+    return f"api401:{client_address(request) or 'unknown'}"
+
+
+def _bad_keys_refusal(request: HttpRequest) -> HttpResponse | None:
+    """429 for an address whose API requests were refused for their key too often this window."""
+    seconds = settings.DYNO_THROTTLE_WINDOW_SECONDS
+    if window_used(key=_bad_keys_key(request), seconds=seconds) < settings.DYNO_THROTTLE_BAD_KEYS:
+        return None
+    _, end = window_bounds(seconds=seconds)
+    wait = max(1, int((end - timezone.now()).total_seconds()) + 1)
+    return limit_response(request, Throttled(
+        f"Too many requests with a missing, unknown or revoked API key from your address. Try again "
+        f"{wait_phrase(wait)} with a valid key.", retry_after=wait))
 
 
 def _throttle(request: HttpRequest, view_name: str) -> None:
@@ -112,6 +142,29 @@ def _uploader(request: HttpRequest) -> Actor | HttpResponse:
     if not request.user.is_authenticated:
         return redirect_to_login(request.get_full_path())
     return actor_for_user(request.user)
+
+
+def _refusal(request: HttpRequest, status: int, code: str, message: str) -> HttpResponse:
+    if is_api_path(request):
+        return error_response(status, code, message)
+    return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
+
+
+def _upload_refusal(request: HttpRequest, actor: Actor, declared: int | None) -> HttpResponse | None:
+    """A model upload that cannot succeed, refused before its body is read: no length declared
+    (411), a role that may not upload (403), more bytes than any upload may have (413)."""
+    if declared is None:
+        return _refusal(request, 411, "length_required",
+                        "Send the upload with a Content-Length header (a chunked body is not accepted).")
+    organization = actor.default_org_id
+    if organization is None or not actor.can_write(organization):
+        return _refusal(request, 403, "forbidden", "Your role cannot upload models; ask an owner of the organization.")
+    limit = settings.DYNO_UPLOAD_MAX_TOTAL_BYTES
+    if declared > limit + UPLOAD_FRAMING_SLACK:
+        return _refusal(request, 413, "too_large",
+                        f"This upload declares {declared:,} bytes; a model may have at most {limit:,}. "
+                        "Upload fewer or smaller files.")
+    return None
 
 
 def _upload_room(actor: Actor, declared: int) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
-from dyno.env import env_bool, env_choice, env_int, env_list, env_str, env_time_limits, parse_database_url
+from dyno.env import env_bool, env_choice, env_int, env_int_map, env_list, env_str, env_time_limits, parse_database_url
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 VAR_DIR = Path(env_str("DYNO_VAR_DIR", str(BASE_DIR / "var")))
@@ -198,13 +198,28 @@ DYNO_TRUSTED_PROXY_COUNT = env_int("DYNO_TRUSTED_PROXY_COUNT", 1, minimum=1)
 # Posts to the public forms (sign-in, /admin/login/, /verify) per client address per fixed window.
 DYNO_THROTTLE_ANONYMOUS_POSTS = env_int("DYNO_THROTTLE_ANONYMOUS_POSTS", 30, minimum=1)
 DYNO_THROTTLE_WINDOW_SECONDS = env_int("DYNO_THROTTLE_WINDOW_SECONDS", 60, minimum=1)
+# API requests refused for their key (401: missing, unknown, revoked) per client address per window;
+# past it the address gets 429 before any key is looked up, so keys cannot be guessed at speed.
+DYNO_THROTTLE_BAD_KEYS = env_int("DYNO_THROTTLE_BAD_KEYS", 60, minimum=1)
 # Per-organization quotas: runs queued or running at once on each hardware class (more are refused
 # with 409 until one ends), and upload bytes received per UTC day, accepted or not (429 until then).
 DYNO_QUOTA_ACTIVE_RUNS = env_int("DYNO_QUOTA_ACTIVE_RUNS", 10, minimum=1)
+# Signed checkpoints of the audit log's head (verify_auditlog --checkpoint): point this at storage
+# the database host cannot rewrite.
+DYNO_AUDIT_CHECKPOINT_DIR = Path(env_str("DYNO_AUDIT_CHECKPOINT_DIR", str(VAR_DIR / "audit-checkpoints")))
+# Open disputes of one report (they join one re-audit; one per person or key).
+DYNO_DISPUTES_PER_REPORT = env_int("DYNO_DISPUTES_PER_REPORT", 5, minimum=1)
 DYNO_QUOTA_UPLOAD_BYTES_PER_DAY = env_int("DYNO_QUOTA_UPLOAD_BYTES_PER_DAY", 64 * 1024**3, minimum=1)
 
 # Runner fleet: a runner is live while it heartbeats; a run whose worker fell silent is reaped.
 DYNO_HARDWARE_CLASSES = env_list("DYNO_HARDWARE_CLASSES", ["cpu", "gpu-h100", "gpu-h200"])
+# The largest model (parameters) a run may measure on each hardware class: a model run holds three
+# copies side by side (baseline, optimized, A/A control), fp32 on CPU (1.5e9 x 4 B x 3 = 18 GB) and
+# bf16 on GPUs (H100 80 GB: 12e9 x 2 B x 3 = 72 GB; H200 141 GB: 20e9 -> 120 GB). A class not listed
+# gets DYNO_RUN_MAX_PARAMETERS_DEFAULT. `DYNO_RUN_MAX_PARAMETERS=cpu=N,gpu-h200=N` overrides.
+DYNO_RUN_MAX_PARAMETERS_DEFAULT = env_int("DYNO_RUN_MAX_PARAMETERS_DEFAULT", 1_500_000_000, minimum=1)
+DYNO_RUN_MAX_PARAMETERS = env_int_map("DYNO_RUN_MAX_PARAMETERS", {
+    "cpu": 1_500_000_000, "gpu-h100": 12_000_000_000, "gpu-h200": 20_000_000_000})
 DYNO_HEARTBEAT_SECONDS = env_int("DYNO_HEARTBEAT_SECONDS", 10, minimum=1)
 DYNO_RUN_STALE_SECONDS = env_int("DYNO_RUN_STALE_SECONDS", 120, minimum=2)
 DYNO_REAPER_SECONDS = env_int("DYNO_REAPER_SECONDS", 30, minimum=1)
@@ -297,6 +312,9 @@ CELERY_BEAT_SCHEDULE = {
     # so a tick missed while the control worker was down is made up by the next one (metering/tasks.py).
     "metering-bill-due-periods": {"task": "metering.bill_due_periods", "schedule": crontab(minute=0),
                                   "options": {"queue": "control", "expires": 3600.0}},
+    # Daily: the audit log's head, signed, written outside the database (auditlog/checkpoint.py).
+    "auditlog-checkpoint": {"task": "auditlog.checkpoint", "schedule": crontab(minute=5, hour=0),
+                            "options": {"queue": "control", "expires": 3600.0}},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 

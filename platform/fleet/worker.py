@@ -42,14 +42,40 @@ def _beat(hostname: str) -> None:
             log.exception("heartbeat of %s failed; retrying next interval", hostname)
 
 
+def gpu_binding_problem(queues: list[str], *, visible: str | None, device_count: int) -> str | None:
+    """Why a worker may not start as it is: one that serves a GPU hardware class must see exactly
+    one GPU (start one worker per GPU with CUDA_VISIBLE_DEVICES=N), so that two workers never
+    share one and a worker's figures always come from the same device."""
+    from runs.tasks import device_for
+
+    if not any(device_for(q) == "cuda" for q in queues):
+        return None
+    if device_count != 1:
+        return (f"this worker serves {', '.join(q for q in queues if q.startswith('gpu'))} and sees {device_count} GPUs "
+                f"(CUDA_VISIBLE_DEVICES={visible!r}): start one worker per GPU, e.g. "
+                "`CUDA_VISIBLE_DEVICES=0 celery -A dyno worker -Q gpu-h200 -c 1 -n gpu0@%h`")
+    return None
+
+
 @worker_ready.connect
 def on_worker_ready(sender=None, **kwargs) -> None:
     from fleet.services import runner_register
     from runs.services import runs_fail_held_by
 
+    import os
+
+    import torch
+
     hostname = sender.hostname
     queues = sorted(q.name for q in sender.app.amqp.queues.consume_from.values()) \
         if sender.app.amqp.queues.consume_from else []
+    problem = gpu_binding_problem(queues, visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                  device_count=torch.cuda.device_count())
+    if problem:
+        # A receiver's exception would only be logged by Celery, and the worker would go on taking
+        # runs: end the process instead (EX_CONFIG), before it registers or consumes anything.
+        log.critical("%s refuses to serve: %s", hostname, problem)
+        os._exit(78)
     # Fail first, register second: once the runner shows as registered, nothing stale is left.
     orphaned = runs_fail_held_by(worker=hostname)
     if orphaned:

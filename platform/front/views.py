@@ -35,6 +35,7 @@ from runs.services import (
     run_start,
 )
 from runs.status import Status
+from runners.names import workload_names
 
 log = logging.getLogger(__name__)
 
@@ -209,8 +210,6 @@ def _download(body: bytes, filename: str, content_type: str) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def audit_new(request: HttpRequest) -> HttpResponse:
     """Bring your own kernel: upload a candidate module for one suite workload."""
-    from runners.suite import workload_names
-
     actor = _actor(request)
     error = None
     if request.method == "POST":

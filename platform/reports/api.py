@@ -12,7 +12,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 
 from api.auth import ApiError, api_endpoint, json_body
-from api.openapi import page_parameters, page_schema
+from api.openapi_parts import page_parameters, page_schema
 from api.pagination import page_of
 from reports.compare import compare_bodies, reaudit_dict
 from reports.models import ReauditRequest, Report

@@ -1,7 +1,7 @@
 """The report body: what a signed Dyno report says, built from plain data (no Django).
 Owns the report schema, the billable-speedup statement, the baseline text and reproduction.
 
-The body is a dict that `runners.canonical.canonical_bytes` turns into the exact signed bytes.
+The body is a dict that `proof.canonical.canonical_bytes` turns into the exact signed bytes.
 It is built only from the run's stored facts (never the clock or a random id), so the same run
 always gives the same bytes. Money-relevant figures are decimal strings, never floats.
 """
@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from metering.fees import SPEEDUP_PLACES, report_speedup
+from runs.figures import model_basis, model_stable
 
 SCHEMA = "dyno.report/1"
 RESULT_SCHEMA = "dyno.suite-result/1"
@@ -232,25 +233,6 @@ def model_figure(result: dict[str, Any]) -> ModelFigure:
                                                              calibrated=runner_calibrated(result)))
 
 
-def model_stable(result: dict[str, Any]) -> bool:
-    """Whether the figure that bills was measured on a stable machine: the end-to-end audit's own
-    A/A controls for a model block on that basis, the suite's calibration otherwise."""
-    block = result.get("model") or {}
-    if block.get("basis") == "end_to_end":
-        return block.get("stable") is True
-    return bool((result.get("calibration") or {}).get("stable"))
-
-
-def _model_basis(result: dict[str, Any]) -> str | None:
-    block = result.get("model") or {}
-    if not block:
-        return None
-    if block.get("basis") == "end_to_end":
-        phase = block.get("billed_phase")
-        return f"end_to_end ({phase})" if phase else "end_to_end (no phase accepted)"
-    return "amdahl (kernel audits weighted by eager time)"
-
-
 def billing_statement(result: dict[str, Any], figure: ModelFigure | None = None) -> dict[str, Any]:
     figure = figure or model_figure(result)
     stable = bool((result.get("calibration") or {}).get("stable"))  # the kernel audits' own A/A
@@ -281,7 +263,7 @@ def billing_statement(result: dict[str, Any], figure: ModelFigure | None = None)
             "speedup": _text(figure.speedup), "ci95_high": _text(figure.ci_high),
             # Which figure this is: the whole forward pass audited end to end (and its phase), or,
             # for results made before that basis, the kernel audits weighted by eager time.
-            "figure": _model_basis(result),
+            "figure": model_basis(result),
             **figure.billable.as_body(),
         },
         "workloads": workloads,
@@ -304,7 +286,7 @@ def reproduction(*, run: RunFacts, result: dict[str, Any], model: ModelFacts | N
                    ". .venv/bin/activate), holding the files below under these names",
         "files": recipe.files,
         "commands": commands,
-        "verify_signature": "python -m runners.signature verify report.json signature.json "
+        "verify_signature": "python -m proof verify report.json signature.json "
                             "--keys dyno-report-keys.json",
         "note": " ".join(recipe.notes),
     }

@@ -18,7 +18,7 @@ from accounts.selectors import Actor
 from api.bounded import MAX_DEPTH, InputRejected, json_loads_bounded
 from reports.models import OPEN_REAUDIT, ReauditRequest, ReauditStatus, Report
 from reports.signing import keys_document
-from runners.signature import Reason, VerifyResult, verify
+from proof.signature import Reason, VerifyResult, verify
 from runs.models import Run
 from runs.status import Status
 
@@ -36,7 +36,7 @@ def report_get(*, actor: Actor, report_id) -> Report:
 
 
 def signature_document(report: Report) -> dict[str, str]:
-    """The detached signature file of a report, as `python -m runners.signature verify` reads it."""
+    """The detached signature file of a report, as `python -m proof verify` reads it."""
     return {"key_id": report.key_id, "algorithm": "ed25519", "signature": report.signature}
 
 

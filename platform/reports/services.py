@@ -19,6 +19,7 @@ from django.utils import timezone
 from accounts.models import Organization, Role, Scope
 from accounts.selectors import Actor
 from auditlog.services import audit_record
+from dyno.dispatch import reaudit_enqueue, report_enqueue
 from metering.deployments import deployments_follow_reaudit
 from metering.selectors import contract_in_force
 from reports.document import (
@@ -40,7 +41,7 @@ from reports.models import (
     ReportKind,
 )
 from reports.signing import report_sign
-from runners.canonical import CanonicalError, canonical_bytes
+from proof.canonical import CanonicalError, canonical_bytes
 from runs.models import Run
 from runs.status import Status
 
@@ -232,7 +233,6 @@ def reports_sweep(*, now: datetime | None = None, report_grace_seconds: int = 60
     returns the existing report if one appears meanwhile).
     """
     from reports.selectors import reaudit_requests_pending, reaudit_requests_run_ended, runs_missing_report
-    from reports.tasks import report_enqueue
 
     now = now or timezone.now()
     done: dict[str, list[str]] = {"started": [], "failed": [], "reports": []}
@@ -274,8 +274,6 @@ def _reaudit_open(*, actor: Actor, report: Report, reason: str, what: str) -> Re
             audit_record(action="reaudit.requested", actor=actor, organization_id=report.organization_id,
                          target=f"report:{report.pk}", data={"reaudit": str(request.pk), "reason": reason,
                                                              "by_operator": actor.is_staff})
-            from reports.tasks import reaudit_enqueue
-
             reaudit_enqueue(request.pk)
     except IntegrityError:
         # Someone opened one between our read and our insert: the constraint kept it single.
@@ -368,6 +366,7 @@ def report_dispute(*, actor: Actor, report: Report, reason: str) -> Dispute:
                                 f"{measured.pk} of {measured.created_at:%Y-%m-%d}, re-audit report "
                                 f"{measured.reaudit.result_report_id}); a dispute re-measures once. A second "
                                 "re-measurement is started by Dyno's operator: write to them with the report id.")
+        _joining_limits(actor=actor, report=report)
         request = _reaudit_open(actor=actor, report=report, reason=f"dispute: {text}", what="dispute")
         dispute = Dispute.objects.create(organization_id=report.organization_id, report=report,
                                          raised_by=actor.audit_label, reason=text, reaudit=request)
@@ -375,6 +374,20 @@ def report_dispute(*, actor: Actor, report: Report, reason: str) -> Dispute:
                      target=f"report:{report.pk}",
                      data={"dispute": str(dispute.pk), "reaudit": str(request.pk), "reason": text})
     return dispute
+
+
+def _joining_limits(*, actor: Actor, report: Report) -> None:
+    """Disputes that join an open re-audit measure nothing more, but each is a row and a notice:
+    one open dispute per person (or key) per report, and at most DYNO_DISPUTES_PER_REPORT open in all."""
+    open_disputes = Dispute.objects.select_for_update().filter(report=report, status=DisputeStatus.OPEN)
+    mine = open_disputes.filter(raised_by=actor.audit_label).first()
+    if mine is not None:
+        raise ReportRefused("limit_reached", f"you already disputed this report (dispute {mine.pk}, open since "
+                                             f"{mine.created_at:%Y-%m-%d}); its re-audit is under way.")
+    limit = settings.DYNO_DISPUTES_PER_REPORT
+    if open_disputes.count() >= limit:
+        raise ReportRefused("limit_reached", f"this report already has {limit} open disputes, joined to one "
+                                             "re-audit; it answers all of them.")
 
 
 def _chain_disputed_and_measured(report: Report) -> Dispute | None:

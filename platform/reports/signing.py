@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from auditlog.services import audit_record
 from reports.models import SigningKey, SigningKeyStatus
-from runners.signature import (
+from proof.signature import (
     KeyRing,
     KeyStatus,
     PublishedKey,
@@ -96,7 +96,7 @@ def signing_key_adopt(*, actor: object = None) -> SigningKey:
         return existing
     if existing is not None:
         raise SigningKeyError(f"key {identifier} is {existing.status}; a retired or revoked key never signs "
-                              "again. Put a new key in the file (`python -m runners.signature keygen`).")
+                              "again. Put a new key in the file (`python -m proof keygen`).")
     with transaction.atomic():
         retired = _retire_active()
         row = SigningKey.objects.create(key_id=identifier, public_key=public_key_b64(private_key),
@@ -169,7 +169,7 @@ def _private_key(*, create: bool = True) -> Ed25519PrivateKey:
     if not path.exists():
         if not create or getattr(settings, "PRODUCTION", False):
             raise SigningKeyError(
-                f"no signing key at {path}: create one with `python -m runners.signature keygen --out {path}` "
+                f"no signing key at {path}: create one with `python -m proof keygen --out {path}` "
                 "and register it with `manage.py signing_key adopt` (or set DYNO_SIGNING_KEY_PATH).")
         _ensure_key_dir(path)
         try:

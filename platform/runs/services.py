@@ -24,8 +24,12 @@ from accounts.selectors import Actor
 from accounts.throttle import QuotaExceeded
 from auditlog.services import audit_record
 from catalog.models import ModelVersion
+from dyno.dispatch import RUN_EXECUTE, report_enqueue, send
+from runs.figures import model_stable
 from runs.models import Run, RunEvent, RunKind, WorkloadResult
+from runs.signals import run_ended_without_result
 from runs.status import FINISHED, Stage, Status, sources_of
+from runners.names import workload_names
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +81,10 @@ def run_start(*, actor: Actor, version: ModelVersion, hardware: str, profile: st
     org_id = version.model.organization_id
     if not actor.can_write(org_id):
         raise RunRejected("your role can read this organization's models but not start runs.")
+    cap = settings.DYNO_RUN_MAX_PARAMETERS.get(hardware, settings.DYNO_RUN_MAX_PARAMETERS_DEFAULT)
+    if version.parameter_count and version.parameter_count > cap:
+        raise RunRejected(f"this model has {version.parameter_count:,} parameters; runs on {hardware} measure at most "
+                          f"{cap:,} (three copies are measured side by side). Choose a larger hardware class.")
     with transaction.atomic():
         _active_runs_quota(organization_id=org_id, hardware=hardware)
         run = Run.objects.create(organization_id=org_id, model_version=version, hardware=hardware,
@@ -113,8 +121,6 @@ def _check_candidate_source(source: str) -> None:
 def audit_start(*, actor: Actor, organization_id: int, workload: str, source: str, hardware: str,
                 profile: str = "cpu-ci") -> Run:
     """Bring your own kernel: audit a submitted candidate module for one suite workload."""
-    from runners.suite import workload_names
-
     if workload not in workload_names():
         raise RunRejected(f"workload {workload!r} is not in the suite: choose one of {', '.join(workload_names())}.")
     if hardware not in settings.DYNO_HARDWARE_CLASSES:
@@ -171,10 +177,8 @@ def run_enqueue(run: Run) -> None:
     fails the run with a message that says so: the row exists either way, and a queued run with no
     message behind it would wait for good.
     """
-    from runs.tasks import run_execute
-
     try:
-        run_execute.apply_async(args=[str(run.pk)], queue=run.hardware, time_limit=None, soft_time_limit=None)
+        send(RUN_EXECUTE, str(run.pk), queue=run.hardware, time_limit=None, soft_time_limit=None)
     except kombu.exceptions.OperationalError as exc:
         log.error("run %s could not be queued: %s", run.pk, exc)
         run_fail(run_id=run.pk, error=f"the job queue was unreachable when this run was queued ({exc}); "
@@ -255,8 +259,6 @@ def run_succeed(*, run_id, worker: str, inventory: dict[str, Any] | None = None,
     if result is not None:
         model = result.get("model") or {}
         ci = model.get("ci95") or [None, None]
-        from reports.document import model_stable
-
         fields.update(result=result, stable=model_stable(result),
                       model_speedup=model.get("speedup"), model_ci_low=ci[0], model_ci_high=ci[1],
                       verdict=result.get("verdict", ""))
@@ -266,8 +268,6 @@ def run_succeed(*, run_id, worker: str, inventory: dict[str, Any] | None = None,
             weights = {w["key"]: (w.get("count", 1), w.get("weight", 0.0))
                        for w in (model or {}).get("weighting", []) if "key" in w}
             WorkloadResult.objects.bulk_create(_workload_rows(run_id, result, weights))
-            from reports.tasks import report_enqueue
-
             report_enqueue(run_id)
         if done:
             run_log(run_id, "succeeded", stage=Stage.DONE)
@@ -287,10 +287,8 @@ def run_fail(*, run_id, error: str, worker: str | None = None) -> bool:
 
 
 def _reaudit_ended(run_id, error: str) -> None:
-    """A run started for a re-audit ended without a result: the request fails with the reason."""
-    from reports.services import reaudit_run_ended
-
-    reaudit_run_ended(run_id=run_id, error=error)
+    """A run ended without a result: a re-audit waiting on it fails with the reason (reports listens)."""
+    run_ended_without_result.send(sender=Run, run_id=run_id, error=error)
 
 
 def run_cancel_refusal(*, actor: Actor, run: Run) -> str | None:

@@ -29,6 +29,7 @@ from celery.signals import task_failure, worker_ready
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
+from dyno.dispatch import RUN_EXECUTE
 from runs.limits import StageClock
 from runs.models import Run, RunKind
 from runs.services import (
@@ -42,11 +43,13 @@ from runs.services import (
     runs_resend_unclaimed,
 )
 from runs.status import FINISHED, Stage, Status
+from runners.fingerprint import gpu_uuid
+from runners.redact import exception_text
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-EXECUTE = "runs.execute"
+EXECUTE = RUN_EXECUTE
 # The database or the broker went away for a moment (a restart, a failover): worth another try.
 TRANSIENT = (OperationalError, InterfaceError, kombu.exceptions.OperationalError)
 
@@ -66,11 +69,19 @@ def device_for(hardware: str) -> str:
     return "cuda" if hardware.startswith("gpu") and torch.cuda.is_available() else "cpu"
 
 
+def device_lock_name(device: str) -> str:
+    """What a measurement locks on this host: the physical GPU (its UUID, whatever index this
+    worker's CUDA_VISIBLE_DEVICES maps it to), or the CPU."""
+    if device == "cuda":
+        uuid = gpu_uuid(torch.cuda.current_device())
+        return f"cuda-{uuid}" if uuid else f"cuda{torch.cuda.current_device()}"
+    return "cpu0"
+
+
 @contextmanager
 def device_lock(device: str) -> Iterator[None]:
     """Two workers on one host never measure on the same device at once (a file lock per device)."""
-    index = torch.cuda.current_device() if device == "cuda" else 0
-    path = Path(settings.VAR_DIR) / "locks" / f"{device}{index}.lock"
+    path = Path(settings.VAR_DIR) / "locks" / f"{device_lock_name(device)}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -146,7 +157,7 @@ class RunState:
 
 def _execute_model(run: Run, device: str, progress) -> dict:
     from catalog.services import version_path
-    from runners.pipeline import run_model_pipeline
+    from pipeline.model_run import run_model_pipeline
 
     # A re-audit measures the artifact its original run measured, not whatever tuning picks today.
     replay = run.repeat_of.artifact if run.repeat_of_id is not None else None
@@ -286,7 +297,7 @@ def run_execute(self, run_id: str) -> None:
              "nothing is wrong with the submission: start it again.")
     except Exception as exc:  # the model, not the platform, is the usual cause: tell the customer
         log.exception("run %s failed", run_id)
-        fail(f"{type(exc).__name__}: {exc}")
+        fail(exception_text(exc))  # in the exception's words, without the server's paths or addresses
 
 
 def run_execute_failed(*, run_id: str, exception: BaseException, worker: str | None = None) -> bool:

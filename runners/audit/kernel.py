@@ -31,6 +31,8 @@ Progress = Callable[[float, str], None]
 REFERENCE_POINTS: dict[str, str] = {
     # name -> module source template; {fn} is the baseline function's name in runners.suite.
     "torch-compile": "import torch\nfrom runners.suite import {fn} as _baseline\nkernel = torch.compile(_baseline, dynamic=False)\n",
+    "torch-compile-max-autotune": ("import torch\nfrom runners.suite import {fn} as _baseline\n"
+                                   "kernel = torch.compile(_baseline, dynamic=False, mode=\"max-autotune\")\n"),
 }
 
 _CHALLENGE = secrets.SystemRandom()

@@ -1,10 +1,13 @@
-"""Triton kernels of every family against float64 references, through Triton's CPU interpreter.
+"""Triton kernels of every family against float64 references, through Triton's CPU interpreter
+(or compiled for real on a GPU: DYNO_KERNEL_TEST_DEVICE=cuda, as benchmarks/gpu_check.py runs them).
 
 Shapes are small and odd (not multiples of any block) so the masking paths are exercised; block
 sizes are forced small so multi-block loops and the split/chunk paths run too.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
@@ -25,11 +28,12 @@ from optimizer.kernels.ssm_scan import ssm_scan_triton
 from optimizer.kernels.swiglu import swiglu_triton
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+DEVICE = os.environ.get("DYNO_KERNEL_TEST_DEVICE", "cpu")
 
 
 def randn(*shape: int, dtype: torch.dtype, seed: int, scale: float = 1.0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dtype)
+    return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dtype=dtype, device=DEVICE)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -81,7 +85,7 @@ def test_it_computes_swiglu_across_ragged_blocks(dtype):
 def test_it_rotates_q_and_k_with_rope(dtype):
     b, hq, hkv, s, d = 2, 3, 1, 11, 12
     q, k = randn(b, hq, s, d, dtype=dtype, seed=7), randn(b, hkv, s, d, dtype=dtype, seed=8)
-    cos, sin = (t.to(dtype) for t in ref.rope_tables(s, d))
+    cos, sin = (t.to(dtype=dtype, device=DEVICE) for t in ref.rope_tables(s, d))
     rq, rk = rope_triton(q, k, cos, sin, block_rows=8)
     ref.assert_close(rq, ref.rope_one(q, cos, sin), dtype)
     ref.assert_close(rk, ref.rope_one(k, cos, sin), dtype)
@@ -112,7 +116,7 @@ def test_it_projects_qkv_and_rotates_in_one_kernel(dtype):
     b, s, k, hq, hkv, d = 2, 7, 24, 4, 2, 6
     x = randn(b, s, k, dtype=dtype, seed=13)
     w = randn(k, (hq + 2 * hkv) * d, dtype=dtype, seed=14, scale=0.3)
-    cos, sin = (t.to(dtype) for t in ref.rope_tables(s, d))
+    cos, sin = (t.to(dtype=dtype, device=DEVICE) for t in ref.rope_tables(s, d))
     q, kk, v = qkv_rope_triton(x, w, cos, sin, n_q_heads=hq, n_kv_heads=hkv, block_m=8, block_k=16,
                                num_warps=2, num_stages=1)
     proj = (x.double() @ w.double()).view(b, s, hq + 2 * hkv, d).transpose(1, 2)
@@ -141,7 +145,7 @@ def test_it_decodes_over_a_split_kv_cache(dtype, splits):
 
 
 def test_it_routes_each_token_to_its_top_two_experts():
-    logits = torch.tensor([[0.1, 2.0, -1.0, 1.0, 0.0], [3.0, 3.0, 0.0, -2.0, 1.0]])
+    logits = torch.tensor([[0.1, 2.0, -1.0, 1.0, 0.0], [3.0, 3.0, 0.0, -2.0, 1.0]], device=DEVICE)
     ids, weights = route_topk(logits, 2)
     assert ids.tolist() == [[1, 3], [0, 1]]  # the tie goes to the lower index
     p = torch.softmax(logits.double(), -1)
@@ -167,7 +171,7 @@ def test_it_scans_selectively_in_chunks(dtype, chunk, softplus):
     u = randn(b, d_model, length, dtype=dtype, seed=40)
     delta = randn(b, d_model, length, dtype=torch.float64, seed=41, scale=0.5)
     delta = (delta if softplus else delta.abs() * 0.3).to(dtype)
-    A = (-torch.rand(d_model, n, generator=torch.Generator().manual_seed(42), dtype=torch.float64) * 2).to(dtype)
+    A = (-torch.rand(d_model, n, generator=torch.Generator().manual_seed(42), dtype=torch.float64) * 2).to(dtype=dtype, device=DEVICE)
     B, C = randn(b, n, length, dtype=dtype, seed=43), randn(b, n, length, dtype=dtype, seed=44)
     D = randn(d_model, dtype=dtype, seed=45)
     y = ssm_scan_triton(u, delta, A, B, C, D, delta_softplus=softplus, block_d=4, chunk=chunk, num_warps=2)

@@ -209,6 +209,10 @@ def test_a_dispute_re_measures_a_report_once(client, people, make_report, make_r
     # A second dispute while the first is open joins it: nothing more is measured.
     joined = report_dispute(actor=_actor("finance@acme.test"), report=report, reason="agree")
     assert joined.reaudit_id == first.reaudit_id
+    # One open dispute per person: the same owner again adds nothing.
+    with pytest.raises(ReportRefused) as again:
+        report_dispute(actor=_actor("owner@acme.test"), report=report, reason="louder")
+    assert again.value.code == "limit_reached" and f"dispute {first.pk}" in again.value.message
     new = _complete(first.reaudit, make_run, acme, seed=31)
     # Neither the re-audit report nor the old one can be disputed into a second measurement.
     for target in (new, report):
@@ -322,3 +326,15 @@ def test_a_stored_reaudit_report_moves_the_deployment_with_no_one_switching(peop
     history = list(deployment.report_history.order_by("effective_from").values_list("report_id", "effective_from"))
     assert history == [(original.pk, deployment.active_from), (new.pk, new.created_at)]
     assert AuditEvent.objects.filter(action="deployment.report_switched", actor="system:reaudit").exists()
+
+
+def test_open_disputes_of_a_report_are_capped(people, make_report, settings):
+    from reports.models import Dispute
+
+    settings.DYNO_DISPUTES_PER_REPORT = 1
+    report = make_report(people["acme"])
+    report_dispute(actor=_actor("owner@acme.test"), report=report, reason="figure too high")
+    with pytest.raises(ReportRefused) as refused:
+        report_dispute(actor=_actor("finance@acme.test"), report=report, reason="me too")
+    assert refused.value.code == "limit_reached" and "1 open disputes" in refused.value.message
+    assert Dispute.objects.filter(report=report).count() == 1

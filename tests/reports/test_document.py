@@ -9,7 +9,7 @@ import pytest
 from reports.compare import compare_bodies
 from reports.document import ModelFacts, ModelFile, ReportError, RunFacts, model_figure, report_body
 from reports.presentation import report_view, speedup_svg
-from runners.canonical import canonical_bytes
+from proof.canonical import canonical_bytes
 from tests.reports.builders import synthetic_result
 
 MODEL = ModelFacts(organization="acme", name="llama-tiny", version=1, version_id="v-1", kind="weights",
@@ -57,7 +57,7 @@ def test_it_does_not_bill_a_bound_at_or_below_one_or_a_missing_model_figure():
 
 
 def _end_to_end(result, *, stable, phase="prefill", ci=(1.12, 1.35)):
-    """The model block a run makes since the end-to-end basis (runners.pipeline.billed_model_block)."""
+    """The model block a run makes since the end-to-end basis (runners.modelplan.billed_model_block)."""
     amdahl = result["model"]
     result["model"] = {"speedup": 1.2, "ci95": list(ci), "basis": "end_to_end", "billed_phase": phase, "stable": stable,
                        "verdict": "accepted", "amdahl": {"speedup": amdahl["speedup"], "ci95": amdahl["ci95"]},
@@ -105,7 +105,7 @@ def test_it_prints_a_model_runs_recipe_as_literal_commands():
         "--device cpu --seed 1234 --json result.json",
         "python -m runners compare-report report.json result.json",
     ]
-    assert recipe["verify_signature"] == ("python -m runners.signature verify report.json signature.json "
+    assert recipe["verify_signature"] == ("python -m proof verify report.json signature.json "
                                           "--keys dyno-report-keys.json")
     assert "billed model figure" in recipe["note"]
 

@@ -57,9 +57,9 @@ def _execute_and_sign(run, django_capture_on_commit_callbacks):
 
 
 def _fresh_clone(tmp_path: Path) -> Path:
-    """What a clone holds that the recipe runs: the harness and the optimizer whose artifact it applies."""
+    """What a clone holds that the recipe runs: the harness, the optimizer whose artifact it applies, the verifier."""
     clone = tmp_path / "clone"
-    for package in ("runners", "optimizer"):
+    for package in ("runners", "optimizer", "proof"):
         shutil.copytree(ROOT / package, clone / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     return clone
 

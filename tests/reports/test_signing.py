@@ -17,7 +17,7 @@ from reports.models import Report, SigningKey
 from reports.selectors import report_verify
 from reports.services import report_body_bytes, report_create_for_run
 from reports.signing import SigningKeyError, keys_document, signing_key_revoke, signing_key_rotate
-from runners.signature import verify
+from proof.signature import verify
 from tests.reports.builders import synthetic_result
 
 pytestmark = pytest.mark.django_db
@@ -158,7 +158,7 @@ def test_it_never_exposes_the_private_key(make_org, make_report, signing_key_pat
     report = make_report(acme)
     from cryptography.hazmat.primitives import serialization
 
-    from runners.signature import load_private_key
+    from proof.signature import load_private_key
 
     seed = load_private_key(signing_key_path).private_bytes(
         serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption())

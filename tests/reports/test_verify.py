@@ -1,4 +1,4 @@
-"""The public /verify page and the standalone verifier (`python -m runners.signature verify`),
+"""The public /verify page and the standalone verifier (`python -m proof verify`),
 both fed the bytes the platform serves: valid, changed bytes, changed signature, unknown key,
 revoked key, retired key."""
 
@@ -84,7 +84,7 @@ def _cli(tmp_path: Path, body: bytes, signature: bytes, keys: bytes) -> subproce
     (tmp_path / "report.json").write_bytes(body)
     (tmp_path / "report.sig.json").write_bytes(signature)
     (tmp_path / "keys.json").write_bytes(keys)
-    return subprocess.run([sys.executable, "-m", "runners.signature", "verify", "report.json", "report.sig.json",
+    return subprocess.run([sys.executable, "-m", "proof.signature", "verify", "report.json", "report.sig.json",
                            "--keys", "keys.json"], cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin"},
                           capture_output=True, text=True, timeout=60)
 

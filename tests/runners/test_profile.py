@@ -199,3 +199,23 @@ def test_it_refuses_classes_outside_transformers(samples: dict[str, Path]) -> No
     with pytest.raises(UnsupportedModel) as caught:
         resolve_model_class(config)
     assert caught.value.code == "unknown_architecture"
+
+
+def test_a_card_too_large_for_the_profile_memory_fails_cleanly_and_the_limit_comes_back(tmp_path: Path) -> None:
+    """An architecture card built with random weights on a runner is held to a memory window like
+    a sandboxed worker: it fails with a message, and the process's own limit is restored."""
+    import resource
+
+    from runners.profile import ProfileMemoryExceeded
+
+    card = write_sample_model(tmp_path / "card", "llama", weights=False)
+    config = json.loads((card / "config.json").read_text())
+    config.update(hidden_size=4096, intermediate_size=11008, num_hidden_layers=8, vocab_size=32000)
+    (card / "config.json").write_text(json.dumps(config))
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    with pytest.raises(ProfileMemoryExceeded, match="0.2 GiB a profile may use"):
+        profile_model(card, batch=1, seq=8, memory_bytes=200 << 20)
+    assert resource.getrlimit(resource.RLIMIT_AS) == before
+    tiny = write_sample_model(tmp_path / "tiny", "llama", weights=False)
+    assert profile_model(tiny, batch=1, seq=8, repeats=1, memory_bytes=2 << 30)["workloads"]  # fits its window
+    assert resource.getrlimit(resource.RLIMIT_AS) == before

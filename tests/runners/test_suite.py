@@ -183,3 +183,11 @@ def test_it_changes_the_manifest_hash_when_anything_defining_a_result_changes(mo
     }
     unchanged = [name for name, change in changes.items() if not _changed(monkeypatch, change)]
     assert unchanged == []
+
+
+def test_the_torch_free_names_are_the_suites_own():
+    """The web tier reads runners.names (no torch); they must be the suite's names, in its order."""
+    from runners import names
+
+    assert list(names.WORKLOAD_NAMES) == suite.workload_names()
+    assert list(names.PROFILE_NAMES) == suite.profile_names()

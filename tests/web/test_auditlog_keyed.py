@@ -162,3 +162,72 @@ def test_it_refuses_a_key_others_can_read(key_path):
     key_path.chmod(0o644)
     with pytest.raises(AuditKeyError, match="chmod 600"):
         audit_record(action="test.event")
+
+
+def _truncate_to(seq: int) -> None:
+    """An attacker with write access cuts the newest events off and sets the head back: what is left
+    still verifies on its own."""
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE auditlog_auditevent DISABLE TRIGGER auditlog_append_only")
+        try:
+            AuditEvent.objects.filter(seq__gt=seq).delete()
+        finally:
+            cursor.execute("ALTER TABLE auditlog_auditevent ENABLE TRIGGER auditlog_append_only")
+    last = AuditEvent.objects.get(seq=seq)
+    AuditChainHead.objects.filter(pk=1).update(seq=last.seq, last_hash=last.hash)
+
+
+def test_a_signed_checkpoint_kept_elsewhere_catches_a_truncated_log(key_path, settings, tmp_path):
+    settings.DYNO_SIGNING_KEY_PATH = str(tmp_path / "keys" / "report-signing.pem")
+    for index in range(4):
+        audit_record(action="test.event", target=f"t:{index}")
+    out = tmp_path / "offsite"
+    call_command("auditlog_checkpoint", "--out", str(out), stdout=StringIO())
+    (checkpoint,) = out.glob("checkpoint-*.json")
+    report = StringIO()
+    call_command("verify_auditlog", "--checkpoint", str(checkpoint), stdout=report)
+    assert "intact" in report.getvalue() and "holds 1 checkpoint" in report.getvalue()
+    audit_record(action="test.event", target="t:after")  # later events are fine
+    call_command("verify_auditlog", "--checkpoint", str(checkpoint), stdout=StringIO())
+    _truncate_to(2)
+    assert audit_verify_chain().ok  # the chain alone cannot tell
+    with pytest.raises(CommandError, match="chain ends at event 2: events were removed"):
+        call_command("verify_auditlog", "--checkpoint", str(checkpoint), stdout=StringIO())
+
+
+def test_a_checkpoint_is_not_a_report_and_cannot_be_forged(key_path, settings, tmp_path):
+    import json
+
+    from auditlog.checkpoint import checkpoint_make, checkpoint_problem
+    from reports.signing import keys_document, report_sign
+
+    settings.DYNO_SIGNING_KEY_PATH = str(tmp_path / "keys" / "report-signing.pem")
+    audit_record(action="test.event", target="t:0")
+    document = checkpoint_make()
+    keys = keys_document()
+    assert checkpoint_problem(document, keys) is None
+    forged = {**document, "checkpoint": {**document["checkpoint"], "seq": 1, "hash": "ab" * 32}}
+    assert "does not verify" in checkpoint_problem(forged, keys)
+    # The same body signed as a report's bytes (no checkpoint prefix) does not verify as a checkpoint.
+    from proof.canonical import canonical_bytes
+
+    as_report = {**document, "signature": report_sign(body=canonical_bytes(document["checkpoint"]))}
+    assert "does not verify" in checkpoint_problem(json.loads(json.dumps(as_report)), keys)
+
+
+def test_beat_writes_the_daily_checkpoint_where_the_operator_keeps_them(key_path, settings, tmp_path):
+    import json
+
+    from auditlog.checkpoint import checkpoint_problem
+    from auditlog.tasks import auditlog_checkpoint_task
+    from reports.signing import keys_document
+
+    settings.DYNO_SIGNING_KEY_PATH = str(tmp_path / "keys" / "report-signing.pem")
+    settings.DYNO_AUDIT_CHECKPOINT_DIR = tmp_path / "offsite"
+    audit_record(action="test.event", target="t:0")
+    written = auditlog_checkpoint_task.apply().get()
+    document = json.loads(open(written).read())
+    # Signing with a new key records that key first; the checkpoint holds what came before it.
+    assert 1 <= document["checkpoint"]["seq"] <= AuditChainHead.objects.get(pk=1).seq
+    assert checkpoint_problem(document, keys_document()) is None
+    assert "auditlog-checkpoint" in settings.CELERY_BEAT_SCHEDULE

@@ -122,3 +122,16 @@ for thread in threads:
     thread.join()
 print(json.dumps(sorted(outcomes)))
 """
+
+
+def test_per_class_parameter_caps_parse_and_refuse_nonsense(monkeypatch):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from dyno.env import env_int_map
+
+    monkeypatch.setenv("DYNO_X", "cpu=10, gpu-h200=2_000")
+    assert env_int_map("DYNO_X", {"cpu": 1, "gpu-h100": 5}) == {"cpu": 10, "gpu-h100": 5, "gpu-h200": 2000}
+    for bad in ("cpu", "cpu=ten", "=5", "cpu=0"):
+        monkeypatch.setenv("DYNO_X", bad)
+        with pytest.raises(ImproperlyConfigured, match="DYNO_X"):
+            env_int_map("DYNO_X", {})

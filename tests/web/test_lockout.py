@@ -160,3 +160,16 @@ def test_it_throttles_posts_to_public_forms_per_address(client, owner, settings)
 def test_it_refuses_an_oversized_sign_in_form_unread(client):
     response = client.post(SIGNIN, data=b"x" * (70 * 1024), content_type="application/x-www-form-urlencoded")
     assert response.status_code == 413
+
+
+def test_it_throttles_api_key_guessing_per_address(client, make_org, make_key, settings):
+    settings.DYNO_THROTTLE_BAD_KEYS = 3
+    good = make_key(make_org())
+    for guess in range(3):
+        refused = client.get("/api/v1/models", HTTP_AUTHORIZATION=f"Bearer dyno_guess_{guess}")
+        assert refused.status_code == 401
+    throttled = client.get("/api/v1/models", HTTP_AUTHORIZATION=f"Bearer {good}")
+    assert throttled.status_code == 429 and throttled.json()["error"]["code"] == "throttled"
+    assert "valid key" in throttled.json()["error"]["message"] and int(throttled["Retry-After"]) >= 1
+    elsewhere = client.get("/api/v1/models", HTTP_AUTHORIZATION=f"Bearer {good}", REMOTE_ADDR="192.0.2.7")
+    assert elsewhere.status_code == 200

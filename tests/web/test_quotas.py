@@ -170,3 +170,47 @@ def test_it_refuses_anonymous_uploads_before_reading_them(client, make_org, samp
     client.login(**OWNER)
     with pytest.raises(AssertionError, match="multipart body was read"):
         client.post(reverse("front:upload"), {"name": "m", "files": files})
+
+
+def test_it_refuses_uploads_that_cannot_succeed_before_reading_them(client, make_org, make_key, make_member,
+                                                                    sample_models, settings, unread_bodies):
+    files = folder_uploads(sample_models["llama"])
+    org = make_org("acme", owner=OWNER["username"])
+    # A key that may not write models (an auditor's): 403 from the declared headers alone.
+    auditor = client.post("/api/v1/models", {"name": "m", "files": files}, **_auth(make_key(org, scope="auditor")))
+    assert auditor.status_code == 403 and auditor.json()["error"]["code"] == "forbidden"
+    # A member whose role may not write models (finance), on the page.
+    make_member(org, "finance@acme.test", role="finance")
+    client.login(username="finance@acme.test", password="correct-horse-battery")
+    page = client.post(reverse("front:upload"), {"name": "m", "files": files})
+    assert page.status_code == 403 and b"cannot upload models" in page.content
+    # Larger than any model may be: 413 before a byte is spooled.
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    settings.DYNO_UPLOAD_MAX_TOTAL_BYTES = 1024
+    big = SimpleUploadedFile("model.safetensors", b"\0" * (2 << 20))
+    too_big = client.post("/api/v1/models", {"name": "m", "files": [big]}, **_auth(make_key(org)))
+    assert too_big.status_code == 413 and too_big.json()["error"]["code"] == "too_large"
+    assert "at most 1,024" in too_big.json()["error"]["message"]
+
+
+def test_it_refuses_a_model_upload_without_a_declared_length(client, make_org, make_key, unread_bodies):
+    org = make_org("acme", owner=OWNER["username"])
+    request = client.post  # Django's test client always declares a length: drop it from the environ
+    response = request("/api/v1/models", b"--x\r\n", content_type="multipart/form-data; boundary=x",
+                       CONTENT_LENGTH="", **_auth(make_key(org)))
+    assert response.status_code == 411 and response.json()["error"]["code"] == "length_required"
+
+
+def test_it_refuses_a_model_too_large_for_its_hardware_class(client, make_org, make_key, sample_models, media_root,
+                                                            settings, no_enqueue):
+    org = make_org()
+    raw = make_key(org)
+    version = upload_version(org=org, folder=sample_models["llama"])
+    settings.DYNO_RUN_MAX_PARAMETERS = {"cpu": version.parameter_count - 1, "gpu-h200": version.parameter_count}
+    refused = _start(client, raw, version, hardware="cpu")
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "run_rejected"
+    message = refused.json()["error"]["message"]
+    assert f"{version.parameter_count:,} parameters" in message and "larger hardware class" in message
+    assert _start(client, raw, version, hardware="gpu-h200").status_code == 201
+    assert Run.objects.filter(organization=org).count() == 1  # the refused one left nothing behind

@@ -151,7 +151,7 @@ def test_it_repeats_a_model_run_with_its_version_batch_and_seq(people, django_ca
 @pytest.mark.django_db
 def test_a_model_reaudit_replays_the_artifact_its_run_measured(people, django_capture_on_commit_callbacks,
                                                                monkeypatch):
-    import runners.pipeline
+    import pipeline.model_run
     from runs.tasks import _execute_model
 
     artifact = {"schema": "dyno.optimization-artifact/1", "audited": {"rmsnorm-x": HONEST}}
@@ -161,11 +161,11 @@ def test_a_model_reaudit_replays_the_artifact_its_run_measured(people, django_ca
         run = reaudit_dispatch(request_id=reaudit_request(actor=_auditor(people), report=report, reason="check").pk)
     asked = {}
 
-    def pipeline(model_dir, **kwargs):
+    def stop_here(model_dir, **kwargs):
         asked.update(kwargs)
         raise RuntimeError("stop here")
 
-    monkeypatch.setattr(runners.pipeline, "run_model_pipeline", pipeline)
+    monkeypatch.setattr(pipeline.model_run, "run_model_pipeline", stop_here)
     with pytest.raises(RuntimeError, match="stop here"):
         _execute_model(Run.objects.get(pk=run.pk), "cpu", lambda *a: None)
     assert asked["replay"] == artifact

@@ -1,4 +1,4 @@
-"""Tests for runners/canonical.py: the exact bytes a report signature covers."""
+"""Tests for proof/canonical.py: the exact bytes a report signature covers."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runners.canonical import MAX_DEPTH, CanonicalError, canonical_bytes
+from proof.canonical import MAX_DEPTH, CanonicalError, canonical_bytes
 
 
 def test_it_sorts_keys_and_writes_no_whitespace() -> None:

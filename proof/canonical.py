@@ -1,5 +1,5 @@
 """Canonical JSON: the one byte string a report body stands for, on every run and platform.
-Owns the serialization rules that a report signature (runners/signature.py) covers.
+Owns the serialization rules that a report signature (proof/signature.py) covers.
 
 Rules (a change to any of them changes signed bytes, so it needs a new schema version):
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from runners.pipeline import PlannedWorkload, model_figure, plan_workloads
+from runners.modelplan import PlannedWorkload, model_figure, plan_workloads
 from runners.suite import find_spec
 
 
@@ -73,7 +73,7 @@ def test_it_never_lets_a_slower_workload_raise_the_figure():
 
 
 def test_it_records_an_end_to_end_audit_that_cannot_run_instead_of_failing_the_run(tmp_path, caplog):
-    from runners.pipeline import end_to_end_audit
+    from runners.modelplan import end_to_end_audit
 
     outcome = end_to_end_audit(tmp_path / "no-such-model", None, batch=2, seq=16, device="cpu", profile="cpu-ci",
                                seed=1, progress=lambda f, m: None)
@@ -83,7 +83,7 @@ def test_it_records_an_end_to_end_audit_that_cannot_run_instead_of_failing_the_r
 
 def test_it_lets_a_task_time_limit_through_the_end_to_end_audit(monkeypatch, tmp_path):
     import runners.modelaudit
-    from runners.pipeline import end_to_end_audit
+    from runners.modelplan import end_to_end_audit
 
     class SoftTimeLimitExceeded(Exception):  # Celery's, by name: the pipeline imports no Celery
         pass
@@ -100,7 +100,7 @@ def test_it_lets_a_task_time_limit_through_the_end_to_end_audit(monkeypatch, tmp
 def test_it_lets_the_callers_own_stop_through_the_end_to_end_audit(monkeypatch, tmp_path):
     """A cancelled run stops inside the end-to-end audit; the fail-soft net must not catch it."""
     import runners.modelaudit
-    from runners.pipeline import end_to_end_audit
+    from runners.modelplan import end_to_end_audit
 
     class RunCancelled(Exception):
         pass
@@ -129,7 +129,7 @@ def _amdahl():
 
 
 def test_the_end_to_end_phase_with_the_lowest_bound_bills_and_the_amdahl_figure_stays_beside_it():
-    from runners.pipeline import billed_model_block
+    from runners.modelplan import billed_model_block
 
     amdahl = _amdahl()
     block = billed_model_block(amdahl, {"phases": [_phase("prefill", 1.3, [1.2, 1.4]), _phase("decode", 1.5, [1.1, 1.9])]})
@@ -143,7 +143,7 @@ def test_the_end_to_end_phase_with_the_lowest_bound_bills_and_the_amdahl_figure_
 
 
 def test_an_unstable_end_to_end_control_makes_the_billed_figure_unstable():
-    from runners.pipeline import billed_model_block
+    from runners.modelplan import billed_model_block
 
     block = billed_model_block(_amdahl(), {"phases": [_phase("prefill", 1.3, [1.2, 1.4]),
                                                       _phase("decode", 1.5, [1.3, 1.7], stable=False)]})
@@ -151,7 +151,7 @@ def test_an_unstable_end_to_end_control_makes_the_billed_figure_unstable():
 
 
 def test_no_model_figure_bills_when_the_end_to_end_audit_did_not_run_or_refused_the_artifact():
-    from runners.pipeline import billed_model_block
+    from runners.modelplan import billed_model_block
 
     amdahl = _amdahl()
     missing = billed_model_block(amdahl, {"error": "RuntimeError: no"})

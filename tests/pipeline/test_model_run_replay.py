@@ -7,9 +7,9 @@ import pytest
 
 import optimizer.model
 import runners.evaluate
-import runners.optimized
 from optimizer.model import OptimizationArtifact
-from runners import pipeline
+from pipeline import model_run, optimized
+from runners import modelplan
 from runners.profile import profile_model
 
 SOURCE = "import torch\n\ndef kernel(*inputs):\n    return inputs[0]  # {key}\n"
@@ -34,7 +34,7 @@ def measured(monkeypatch):
         return {"skipped": "test"}
 
     monkeypatch.setattr(runners.evaluate, "audit_specs", audit_specs)
-    monkeypatch.setattr(pipeline, "end_to_end_audit", end_to_end)
+    monkeypatch.setattr(modelplan, "end_to_end_audit", end_to_end)
     return seen
 
 
@@ -51,10 +51,10 @@ def test_a_first_run_records_the_kernels_it_audited_in_its_artifact(sample_model
     def tune_specs(specs, **kwargs):
         return {s.key: SOURCE.format(key=s.key) for s in specs}, []
 
-    monkeypatch.setattr(runners.optimized, "tune_specs", tune_specs)
+    monkeypatch.setattr(optimized, "tune_specs", tune_specs)
     monkeypatch.setattr(optimizer.model, "optimize_model", lambda *a, **k: OptimizationArtifact.from_dict(_artifact({})))
-    outcome = pipeline.run_model_pipeline(sample_models["llama"], batch=1, seq=8, profile="cpu-ci", device="cpu",
-                                          tuning_cache=tmp_path / "cache.jsonl", progress=lambda *a: None,
+    outcome = model_run.run_model_pipeline(sample_models["llama"], batch=1, seq=8, profile="cpu-ci", device="cpu",
+                                           tuning_cache=tmp_path / "cache.jsonl", progress=lambda *a: None,
                                           workload_limit=2)
     assert len(outcome.artifact["audited"]) == 2
     assert outcome.artifact["audited"] == measured["sources"]
@@ -68,15 +68,15 @@ def test_a_replay_tunes_nothing_and_measures_the_same_kernels_and_artifact(sampl
     def refuse(*args, **kwargs):
         raise AssertionError("a re-audit must not tune or optimize again")
 
-    monkeypatch.setattr(runners.optimized, "tune_specs", refuse)
+    monkeypatch.setattr(optimized, "tune_specs", refuse)
     monkeypatch.setattr(optimizer.model, "optimize_model", refuse)
-    planned, _ = pipeline.plan_workloads(llama_inventory, profile="cpu-ci", limit=99)
+    planned, _ = modelplan.plan_workloads(llama_inventory, profile="cpu-ci", limit=99)
     assert len(planned) >= 3
     # The first run audited two workloads, not the two heaviest: the replay follows the first run.
     chosen = {w.key: SOURCE.format(key=w.key) for w in planned[1:3]}
     replay = _artifact(chosen)
-    outcome = pipeline.run_model_pipeline(sample_models["llama"], batch=1, seq=8, profile="cpu-ci", device="cpu",
-                                          tuning_cache=tmp_path / "cache.jsonl", progress=lambda *a: None,
+    outcome = model_run.run_model_pipeline(sample_models["llama"], batch=1, seq=8, profile="cpu-ci", device="cpu",
+                                           tuning_cache=tmp_path / "cache.jsonl", progress=lambda *a: None,
                                           workload_limit=1, replay=replay)
     assert measured["sources"] == chosen
     assert measured["artifact"].to_dict() == replay

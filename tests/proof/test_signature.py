@@ -1,4 +1,4 @@
-"""Tests for runners/signature.py: signing report bytes and verifying them offline."""
+"""Tests for proof/signature.py: signing report bytes and verifying them offline."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from runners.canonical import canonical_bytes
-from runners.signature import (
+from proof.canonical import canonical_bytes
+from proof.signature import (
     KeyRing,
     Reason,
     generate_private_key,
@@ -310,7 +310,7 @@ def test_it_refuses_to_load_a_key_that_is_not_ed25519(tmp_path: Path) -> None:
 
 def _cli(*arguments: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "runners.signature", *map(str, arguments)],
+        [sys.executable, "-m", "proof", *map(str, arguments)],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -352,6 +352,19 @@ def test_it_exits_0_for_a_valid_report(signed_files: dict[str, Path]) -> None:
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.startswith("VALID (ok)")
     assert completed.stdout.count("\n") == 1
+
+
+def test_it_keeps_the_command_printed_in_reports_signed_before_the_move(signed_files: dict[str, Path]) -> None:
+    """Reports signed before the verifier moved to proof/ print `python -m runners.signature verify`."""
+    arguments = ["verify", signed_files["report"], signed_files["signature"], "--keys", signed_files["keys"]]
+    completed = subprocess.run([sys.executable, "-m", "runners.signature", *map(str, arguments)],
+                               cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.startswith("VALID (ok)")
+    signed_files["report"].write_bytes(signed_files["report"].read_bytes().replace(b"1.42", b"1.52"))
+    tampered = subprocess.run([sys.executable, "-m", "runners.signature", *map(str, arguments)],
+                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert tampered.returncode == 1 and tampered.stdout.startswith("INVALID (bad_signature)")
 
 
 def test_it_exits_1_for_a_tampered_report(signed_files: dict[str, Path]) -> None:
@@ -406,7 +419,7 @@ def test_it_generates_a_key_from_the_command_line(tmp_path: Path) -> None:
 
 def test_it_imports_neither_torch_nor_django() -> None:
     probe = (
-        "import sys, runners.signature, runners.canonical; "
+        "import sys, proof.signature, proof.canonical; "
         "print(sorted({'torch', 'django', 'celery'} & set(sys.modules)))"
     )
     completed = subprocess.run(

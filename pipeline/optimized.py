@@ -12,7 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from optimizer.cache import JsonlTuningCache
+from optimizer.search import tune_workload
+from pipeline.evaluator import SandboxEvaluator
 from runners import result, suite
+from runners.evaluate import HarnessError, audit_specs, run_suite
+from runners.fingerprint import environment_fingerprint
 from runners.suite import WorkloadSpec
 
 Progress = Callable[[float, str], None]  # (fraction of the tuning, message), as the harness's own
@@ -79,11 +84,6 @@ def tune_specs(
 
     `hardware` is the cache's hardware key (default: this runner's `hardware_label`), for a caller
     that uses the same key again after tuning."""
-    from optimizer.cache import JsonlTuningCache
-    from optimizer.search import tune_workload
-    from runners.evaluate import SandboxEvaluator
-    from runners.fingerprint import environment_fingerprint
-
     if budget_s <= 0:
         raise ValueError(f"the tuning budget must be positive, got {budget_s} s")
     cache = JsonlTuningCache(cache_path)
@@ -123,8 +123,6 @@ def run_optimized_suite(
 ) -> dict[str, Any]:
     """Tune then audit `profile` (or its `workloads`); the suite document gains `optimization`
     with each tuning record and the seconds tuning and auditing took."""
-    from runners.evaluate import HarnessError, audit_specs, run_suite
-
     if profile not in suite.profile_names():
         raise HarnessError(f"unknown profile {profile!r}; use one of {', '.join(suite.profile_names())}")
     device = device or suite.profile_device(profile)

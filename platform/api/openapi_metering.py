@@ -1,11 +1,12 @@
-"""The metering part of the OpenAPI document for /api/v1/: paths and schemas, for
-api/openapi.py to merge (it imports this inside openapi_document(), as this imports its helpers)."""
+"""The metering part of the OpenAPI document for /api/v1/: paths and schemas, which api/openapi.py
+merges (one home for the document; the shared blocks are api/openapi_parts.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from api.openapi import _errors, _id_param, _json, page_parameters, page_schema
+from api.openapi_parts import errors as _errors, id_param as _id_param, json_response as _json
+from api.openapi_parts import page_parameters, page_schema
 
 
 def _ref(name: str) -> dict[str, str]:

@@ -1,0 +1,427 @@
+"""The one-shot GPU check: proves the GPU path in one short run on a machine lent for minutes.
+
+    make gpu-check                      # on the GPU machine: its python3, no install
+    make gpu-check DRY_RUN=1            # here: cpu-ci shapes, Triton's interpreter (CI runs this)
+
+Phases, each with its own time budget, each skipped with a reason rather than failing the run:
+machine (the GPU, its copy bandwidth and bf16 matmul rate: the physical references for every figure
+after it), kernels (the optimizer's Triton kernel tests, compiled for real), harness (A/A audits of
+the `gpu` profile's workloads with their CI half-widths), optimizer (tuned and audited: speedup over
+eager and over torch.compile, bandwidth as a share of the measured copy bandwidth for memory-bound
+workloads, TFLOP/s for GEMM, attention and MoE), cheats (the GPU cheats must still get their
+verdicts) and sandbox (which protections the host gives).
+
+Results are written after every phase to one JSON file (a run cut short still returns what it
+measured) and a short table last. Needs torch, triton, numpy and transformers; jsonschema and
+pytest travel as wheels in `.whl/` (`make gpu-wheels`) where the machine lacks them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import xml.etree.ElementTree as ElementTree
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+MEMORY_BOUND = {"normalization", "softmax", "elementwise", "rope"}
+COMPUTE = {"gemm", "attention", "moe"}
+# Seconds per phase on one H200; the whole run stays well inside 8 minutes.
+GPU_BUDGETS = {"machine": 30, "kernels": 120, "harness": 90, "optimizer": 150, "cheats": 45, "sandbox": 5}
+DRY_BUDGETS = {"machine": 20, "kernels": 240, "harness": 60, "optimizer": 90, "cheats": 60, "sandbox": 5}
+# Phase order inside a budget: a memory-bound kernel, a GEMM, attention first, the rest if time allows.
+WORKLOAD_ORDER = ["rmsnorm", "gemm", "attention_prefill", "swiglu", "softmax", "attention_decode", "rope",
+                  "layernorm", "moe", "ssm_scan"]
+SELECTED = set(WORKLOAD_ORDER)  # --workloads narrows it
+
+
+class Check:
+    """The run's document, written to disk after every change."""
+
+    def __init__(self, path: Path, *, dry_run: bool, command: str) -> None:
+        self.path = path
+        self.started = time.monotonic()
+        self.doc: dict[str, Any] = {
+            "check": "dyno gpu check", "dry_run": dry_run, "command": command,
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "phases": {},
+        }
+        self.save()
+
+    def save(self) -> None:
+        self.doc["wall_s"] = round(time.monotonic() - self.started, 1)
+        staging = self.path.with_name(self.path.name + ".new")
+        staging.write_text(json.dumps(self.doc, indent=2, default=str) + "\n")
+        staging.replace(self.path)
+
+    def phase(self, name: str, budget_s: float, body: Callable[[dict[str, Any], float], None]) -> dict[str, Any]:
+        """Run `body(record, deadline)`; the record is saved as it stands whatever happens."""
+        record: dict[str, Any] = {"status": "running", "budget_s": budget_s}
+        self.doc["phases"][name] = record
+        self.save()
+        began = time.monotonic()
+        try:
+            body(record, began + budget_s)
+            if record["status"] == "running":
+                record["status"] = "ok"
+        except _Skip as skip:
+            record.update(status="skipped", reason=str(skip))
+        except BaseException as exc:  # noqa: BLE001 - a phase's failure is a finding, not the end of the run
+            record.update(status="error", error=f"{type(exc).__name__}: {exc}"[:2000],
+                          traceback=traceback.format_exc()[-3000:])
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+        finally:
+            record["seconds"] = round(time.monotonic() - began, 1)
+            self.save()
+        print(f"[{self.doc['wall_s']:6.1f} s] {name}: {record['status']}"
+              + (f" ({record.get('reason') or record.get('error')})" if record["status"] != "ok" else ""), flush=True)
+        return record
+
+
+class _Skip(Exception):
+    pass
+
+
+def _left(deadline: float) -> float:
+    return deadline - time.monotonic()
+
+
+# --- machine ---------------------------------------------------------------------------------------
+
+
+def phase_machine(record: dict[str, Any], deadline: float, *, device: str) -> None:
+    import torch
+    import triton
+
+    record["versions"] = {"python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__,
+                          "cuda": torch.version.cuda}
+    try:
+        import transformers
+
+        record["versions"]["transformers"] = transformers.__version__
+    except ImportError:
+        record["versions"]["transformers"] = None
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise _Skip("no CUDA device is visible to torch")
+        props = torch.cuda.get_device_properties(0)
+        record["gpu"] = {"name": props.name, "sms": props.multi_processor_count,
+                         "memory_gib": round(props.total_memory / 2**30, 1),
+                         "l2_bytes": getattr(props, "L2_cache_size", None),
+                         "capability": f"{props.major}.{props.minor}"}
+        record["gpu"].update(_nvidia_smi())
+    else:
+        record["cpu"] = {"model": platform.processor() or platform.machine(), "cores": os.cpu_count()}
+    record["copy_gb_per_s"] = _copy_bandwidth(device)
+    record["matmul_tflop_per_s"] = _matmul_rate(device)
+
+
+def _nvidia_smi() -> dict[str, Any]:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,uuid,clocks.max.sm,power.limit",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {"driver": None}
+    fields = [f.strip() for f in out.splitlines()[0].split(",")] if out.strip() else []
+    keys = ("driver", "uuid", "max_sm_clock", "power_limit")
+    return dict(zip(keys, fields)) if fields else {"driver": None}
+
+
+def _timed(device: str, fn: Callable[[], Any], repeats: int) -> float:
+    """Seconds per call of fn, after a warm-up, on the device's own clock."""
+    import torch
+
+    fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(repeats):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / repeats
+    began = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    return (time.perf_counter() - began) / repeats
+
+
+def _copy_bandwidth(device: str) -> float:
+    """Device-to-device copy: bytes read plus bytes written per second, in GB/s."""
+    import torch
+
+    nbytes = (2 << 30) if device == "cuda" else (64 << 20)
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device).fill_(1)
+    dst = torch.empty_like(src)
+    seconds = _timed(device, lambda: dst.copy_(src), 20 if device == "cuda" else 5)
+    return round(2 * nbytes / seconds / 1e9, 1)
+
+
+def _matmul_rate(device: str) -> float:
+    import torch
+
+    n, dtype = (8192, torch.bfloat16) if device == "cuda" else (512, torch.float32)
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    seconds = _timed(device, lambda: a @ b, 20 if device == "cuda" else 3)
+    return round(2 * n**3 / seconds / 1e12, 2)
+
+
+# --- kernels ---------------------------------------------------------------------------------------
+
+
+def phase_kernels(record: dict[str, Any], deadline: float, *, device: str, selection: str = "") -> None:
+    try:
+        import pytest  # noqa: F401
+    except ImportError:
+        raise _Skip("pytest is not installed here: carry it in .whl (make gpu-wheels)") from None
+    with tempfile.TemporaryDirectory() as scratch:
+        junit = Path(scratch) / "kernels.xml"
+        env = {**os.environ, "DYNO_KERNEL_TEST_DEVICE": device, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        if device == "cuda":
+            env.pop("TRITON_INTERPRET", None)
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:django", "-o", "addopts=",
+                   "--import-mode=importlib", "--confcutdir", str(ROOT / "tests" / "optimizer"),
+                   f"--junitxml={junit}", str(ROOT / "tests" / "optimizer" / "test_optimizer_kernels.py")]
+        if selection:
+            command += ["-k", selection]
+        try:
+            proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                                  timeout=max(5.0, _left(deadline)))
+        except subprocess.TimeoutExpired:
+            record.update(status="error", error="the kernel tests outlasted the phase's budget")
+            return
+        record["exit_code"] = proc.returncode
+        record["output_tail"] = (proc.stdout + proc.stderr)[-2500:]
+        if not junit.exists():
+            record.update(status="error", error="pytest wrote no report")
+            return
+        suite = ElementTree.parse(junit).getroot()
+        suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+        counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+        record["tests"] = counts
+        record["failed"] = [case.get("name") for case in suite.iter("testcase")
+                            if case.find("failure") is not None or case.find("error") is not None][:40]
+        if counts["failures"] or counts["errors"] or not counts["tests"]:
+            record["status"] = "failed"
+
+
+# --- harness A/A -----------------------------------------------------------------------------------
+
+
+def _ordered_names(profile: str) -> list[str]:
+    from runners import suite
+
+    present = {spec.name for spec in suite.profile_specs(profile)}
+    return [name for name in WORKLOAD_ORDER if name in present and name in SELECTED]
+
+
+def _entry_row(entry: dict[str, Any]) -> dict[str, Any]:
+    aa = entry.get("aa") or {}
+    ci = aa.get("ci95") or [None, None]
+    half = (ci[1] - ci[0]) / 2 / aa["speedup"] if aa.get("speedup") and None not in ci else None
+    return {"key": entry.get("key"), "verdict": entry.get("verdict"), "aa_ci95": ci, "aa_half_width": half,
+            "aa_stable": aa.get("stable"), "baseline_median_s": (entry.get("baseline") or {}).get("median_s"),
+            "codes": [r.get("code") for r in entry.get("reasons") or []]}
+
+
+def phase_harness(record: dict[str, Any], deadline: float, *, profile: str, device: str, state: dict) -> None:
+    from runners.evaluate import run_suite
+
+    rows: list[dict[str, Any]] = record.setdefault("workloads", [])
+    for name in _ordered_names(profile):
+        if _left(deadline) < (25 if device == "cuda" else 10):
+            record.setdefault("not_reached", []).append(name)
+            continue
+        began = time.monotonic()
+        document = run_suite(profile, workloads=[name], device=device, seed=17)
+        state.setdefault("sandbox", document.get("sandbox"))
+        for entry in document["workloads"]:
+            rows.append({**_entry_row(entry), "seconds": round(time.monotonic() - began, 1)})
+    widths = sorted(r["aa_half_width"] for r in rows if r["aa_half_width"] is not None)
+    record["median_aa_half_width"] = widths[len(widths) // 2] if widths else None
+    record["unstable"] = sum(1 for r in rows if r["aa_stable"] is False)
+
+
+# --- optimizer -------------------------------------------------------------------------------------
+
+
+def phase_optimizer(record: dict[str, Any], deadline: float, *, profile: str, device: str,
+                    copy_gb_per_s: float | None) -> None:
+    from pipeline.optimized import run_optimized_suite
+
+    points = ["torch-compile"] if device == "cpu" else ["torch-compile", "torch-compile-max-autotune"]
+    rows: list[dict[str, Any]] = record.setdefault("workloads", [])
+    budget = 6.0 if device == "cuda" else 3.0
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in _ordered_names(profile):
+            if _left(deadline) < (35 if device == "cuda" else 15):
+                record.setdefault("not_reached", []).append(name)
+                continue
+            document = run_optimized_suite(profile, workloads=[name], device=device,
+                                           cache_path=Path(scratch) / "tuning.jsonl", budget_s=budget, seed=23,
+                                           reference_points=points if _left(deadline) > 90 else points[:1])
+            for entry in document["workloads"]:
+                rows.append(_optimizer_row(entry, copy_gb_per_s))
+    speedups = [r["speedup"] for r in rows if r.get("speedup")]
+    record["geomean_over_eager"] = math.exp(sum(map(math.log, speedups)) / len(speedups)) if speedups else None
+    over = [r["over_torch_compile"] for r in rows if r.get("over_torch_compile")]
+    record["geomean_over_torch_compile"] = math.exp(sum(map(math.log, over)) / len(over)) if over else None
+
+
+def _optimizer_row(entry: dict[str, Any], copy_gb_per_s: float | None) -> dict[str, Any]:
+    speedup = entry.get("speedup")
+    refs = entry.get("reference_points") or {}
+    row: dict[str, Any] = {"key": entry.get("key"), "family": entry.get("family"), "verdict": entry.get("verdict"),
+                           "speedup": speedup, "ci95": entry.get("ci95"),
+                           "codes": [r.get("code") for r in entry.get("reasons") or []]}
+    for point, figures in refs.items():
+        versus = figures.get("speedup_vs_baseline")
+        row[f"over_{point.replace('-', '_')}"] = speedup / versus if speedup and versus else None
+    candidate = (entry.get("throughput") or {}).get("candidate") or {}
+    if entry.get("family") in MEMORY_BOUND and candidate.get("gb_per_s") and copy_gb_per_s:
+        row["share_of_copy_bandwidth"] = candidate["gb_per_s"] / copy_gb_per_s
+    if entry.get("family") in COMPUTE:
+        row["tflop_per_s"] = candidate.get("tflop_per_s")
+    return row
+
+
+# --- cheats ----------------------------------------------------------------------------------------
+
+
+def _header(path: Path) -> dict[str, str]:
+    return dict(re.findall(r"^# ([a-z-]+): (.+)$", path.read_text(), flags=re.MULTILINE))
+
+
+def phase_cheats(record: dict[str, Any], deadline: float, *, profile: str, device: str) -> None:
+    from runners.evaluate import audit_candidate
+
+    folder = ROOT / "tests" / "runners" / "cheats"
+    if device == "cuda":
+        paths = sorted(folder.glob("gpu_*.py"))
+    else:  # the GPU cheats need a device: exercise the phase with CPU cheats of the selected workloads
+        paths = [p for p in (folder / "adv_known_picks.py", folder / "adv_timed_fastpath.py")
+                 if _header(p)["workload"] in SELECTED]
+    rows = record.setdefault("cheats", [])
+    for path in paths:
+        header = _header(path)
+        if _left(deadline) < 8:
+            record.setdefault("not_reached", []).append(path.name)
+            continue
+        document = audit_candidate(header["workload"], path.read_text(), profile=profile, device=device, seed=7)
+        expected = header.get("verdict", "rejected").replace("no-gain", "accepted")
+        codes = sorted({r.get("code") for w in document["workloads"] for r in w.get("reasons") or []})
+        rows.append({"cheat": path.name, "expected": expected, "verdict": document["verdict"], "codes": codes,
+                     "as_expected": document["verdict"] == expected})
+    if any(not row["as_expected"] for row in rows):
+        record["status"] = "failed"
+
+
+# --- sandbox ---------------------------------------------------------------------------------------
+
+
+def phase_sandbox(record: dict[str, Any], deadline: float, *, device: str, state: dict) -> None:
+    sandbox = state.get("sandbox")
+    if sandbox is None:
+        from runners.evaluate import AuditSession, sandbox_block
+
+        with AuditSession(device=device) as session:
+            sandbox = sandbox_block(session.sandbox.info())
+    record["sandbox"] = sandbox
+    # The harness's own judgement (runners.evaluate.sandbox_block): what a billable result needs and lacks.
+    record["complete"] = (sandbox or {}).get("complete")
+    record["missing"] = list((sandbox or {}).get("missing") or [])
+    record["off"] = sorted(name for name, value in ((sandbox or {}).get("protections") or {}).items() if value is False)
+
+
+# --- the run ---------------------------------------------------------------------------------------
+
+
+def table(doc: dict[str, Any]) -> str:
+    phases = doc["phases"]
+    lines = [f"dyno gpu check ({'dry run, ' if doc['dry_run'] else ''}{doc['wall_s']:.0f} s)"]
+    machine = phases.get("machine", {})
+    if machine.get("status") == "ok":
+        gpu = machine.get("gpu") or machine.get("cpu")
+        lines.append(f"  machine: {gpu}; copy {machine['copy_gb_per_s']} GB/s, matmul {machine['matmul_tflop_per_s']} TFLOP/s")
+    for name, record in phases.items():
+        extra = ""
+        if name == "kernels" and "tests" in record:
+            extra = f" {record['tests']}"
+        if name == "harness" and record.get("workloads"):
+            width = record.get("median_aa_half_width")
+            extra = (f" {len(record['workloads'])} A/A audits, median half-width "
+                     f"{width:.1%}" if width is not None else "") + f", {record.get('unstable', 0)} unstable"
+        if name == "optimizer" and record.get("workloads"):
+            mean = record.get("geomean_over_eager")
+            extra = f" {len(record['workloads'])} workloads" + (f", geomean {mean:.2f}x over eager" if mean else "")
+        if name == "cheats" and record.get("cheats"):
+            extra = f" {sum(r['as_expected'] for r in record['cheats'])}/{len(record['cheats'])} as expected"
+        if name == "sandbox" and "missing" in record:
+            extra = (f" complete: {record.get('complete')}, missing for billing: {', '.join(record['missing']) or 'none'}"
+                     f", off: {', '.join(record.get('off') or []) or 'none'}")
+        lines.append(f"  {name:10s} {record.get('status')}{extra} ({record.get('seconds', 0)} s)")
+    for row in (phases.get("optimizer") or {}).get("workloads", []):
+        share = row.get("share_of_copy_bandwidth")
+        rate = row.get("tflop_per_s")
+        lines.append(f"    {row['key']}: {row['verdict']} {row['speedup'] or 0:.2f}x"
+                     + (f", {row['over_torch_compile']:.2f}x over torch.compile" if row.get("over_torch_compile") else "")
+                     + (f", {share:.0%} of copy bandwidth" if share else "") + (f", {rate:.1f} TFLOP/s" if rate else ""))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dry-run", action="store_true", help="cpu-ci shapes on CPU, Triton's interpreter")
+    parser.add_argument("--out", type=Path, default=None, help="folder for gpu-check.json (default: $OUT or benchmarks/results)")
+    parser.add_argument("--only", default="", help="comma-separated phases (default: all)")
+    parser.add_argument("--workloads", default="", help="comma-separated workloads (default: all, in budget order)")
+    parser.add_argument("--kernel-tests", default="", metavar="EXPR", help="pytest -k expression for the kernel tests")
+    args = parser.parse_args(argv)
+    if args.workloads:
+        SELECTED.intersection_update(w for w in args.workloads.split(",") if w)
+    dry = args.dry_run or os.environ.get("DRY_RUN") in ("1", "true", "yes")
+    if dry:
+        os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported anywhere
+    sys.path[:0] = [str(ROOT)]
+    out = args.out or Path(os.environ.get("OUT") or ROOT / "benchmarks" / "results")
+    out.mkdir(parents=True, exist_ok=True)
+    name = "gpu-check-dry-run" if dry else "gpu-check"
+    check = Check(out / f"{name}.json", dry_run=dry, command=" ".join(["python", "benchmarks/gpu_check.py", *(argv or sys.argv[1:])]))
+    device, profile = ("cpu", "cpu-ci") if dry else ("cuda", "gpu")
+    budgets = DRY_BUDGETS if dry else GPU_BUDGETS
+    wanted = [p for p in args.only.split(",") if p] or list(budgets)
+    state: dict[str, Any] = {}
+    plan: list[tuple[str, Callable[[dict[str, Any], float], None]]] = [
+        ("machine", lambda r, d: phase_machine(r, d, device=device)),
+        ("kernels", lambda r, d: phase_kernels(r, d, device=device, selection=args.kernel_tests)),
+        ("harness", lambda r, d: phase_harness(r, d, profile=profile, device=device, state=state)),
+        ("optimizer", lambda r, d: phase_optimizer(r, d, profile=profile, device=device,
+                                                   copy_gb_per_s=check.doc["phases"].get("machine", {}).get("copy_gb_per_s"))),
+        ("cheats", lambda r, d: phase_cheats(r, d, profile=profile, device=device)),
+        ("sandbox", lambda r, d: phase_sandbox(r, d, device=device, state=state)),
+    ]
+    for phase, body in plan:
+        if phase in wanted:
+            check.phase(phase, budgets[phase], body)
+    text = table(check.doc)
+    (out / f"{name}.txt").write_text(text + "\n")
+    print(text)
+    bad = [p for p, r in check.doc["phases"].items() if r["status"] in ("error", "failed")]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,15 @@
+"""The suite's names, without its kernels: what the web tier may import (it loads no torch).
+
+`runners.suite` owns the workloads themselves; tests/runners/test_suite.py checks that these names
+are exactly its own, in its order.
+"""
+
+WORKLOAD_NAMES: tuple[str, ...] = (
+    "rmsnorm", "layernorm", "softmax", "swiglu", "rope", "gemm",
+    "attention_prefill", "attention_decode", "moe", "ssm_scan",
+)
+PROFILE_NAMES: tuple[str, ...] = ("cpu-ci", "cpu", "gpu")
+
+
+def workload_names() -> list[str]:
+    return list(WORKLOAD_NAMES)

@@ -1,0 +1,38 @@
+"""The GPU check's CPU dry run: the script a GPU machine runs for minutes is known to work before one
+is at hand (cpu-ci shapes, Triton's interpreter, one workload per phase to keep make test short)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_the_dry_run_passes_every_phase_and_writes_its_figures(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "DJANGO_SETTINGS_MODULE")}
+    proc = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--dry-run", "--out", str(tmp_path),
+                           "--workloads", "rmsnorm", "--kernel-tests", "rms"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "gpu-check-dry-run.json").read_text())
+    phases = doc["phases"]
+    assert doc["dry_run"] is True and list(phases) == ["machine", "kernels", "harness", "optimizer", "cheats", "sandbox"]
+    assert all(record["status"] == "ok" for record in phases.values()), {k: v["status"] for k, v in phases.items()}
+    assert phases["machine"]["copy_gb_per_s"] > 0 and phases["machine"]["matmul_tflop_per_s"] > 0
+    assert phases["kernels"]["tests"]["tests"] >= 2 and phases["kernels"]["tests"]["failures"] == 0
+    (aa,) = phases["harness"]["workloads"]
+    assert aa["key"].startswith("rmsnorm") and 0 < aa["aa_half_width"] < 1
+    (tuned,) = phases["optimizer"]["workloads"]
+    assert tuned["verdict"] == "accepted" and tuned["speedup"] > 0 and tuned["over_torch_compile"] > 0
+    assert 0 < tuned["share_of_copy_bandwidth"]
+    assert [row["as_expected"] for row in phases["cheats"]["cheats"]] == [True]
+    assert "protections" in phases["sandbox"]["sandbox"]
+    table = (tmp_path / "gpu-check-dry-run.txt").read_text()
+    assert "harness" in table and "rmsnorm" in table
