@@ -262,8 +262,8 @@ def _artifact_kernels(path: Path, profile: str) -> tuple[list[Any], list[str]]:
 def _model_audit(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
     """The whole-model audit of `args.model` against the artifact file; the document written and
     whether every phase that ran was accepted. Raises _CannotRun for what the user can fix."""
-    from optimizer.model import OptimizationArtifact
     from runners import suite
+    from runners.artifact import artifact_document
     from runners.modelaudit import ModelAuditError, audit_model_forward
     from runners.sandbox import SandboxError
 
@@ -274,8 +274,7 @@ def _model_audit(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
     except OSError as exc:
         raise _CannotRun(f"cannot read artifact {args.artifact}: {exc.strerror}") from None
     try:
-        artifact = json.loads(raw)
-        OptimizationArtifact.from_dict(artifact)
+        artifact = artifact_document(json.loads(raw))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise _CannotRun(f"artifact {args.artifact} is not JSON ({exc}); download it again from the run page") from None
     except (AttributeError, TypeError, ValueError) as exc:  # not an object, unknown fields, wrong schema

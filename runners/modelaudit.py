@@ -19,7 +19,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from runners import measure, result, stats, suite, verify
+from runners.artifact import applier_source, artifact_document
 from runners.measure import Protocol, RunRecord, candidate_fault
 from runners.modelload import load_model, read_config  # before transformers: it makes the hub offline
 from runners.sandbox import Sandbox, SandboxConfig, SandboxError, Worker, WorkerFault
@@ -160,11 +161,11 @@ class ModelRunner:
         except BaseException as exc:
             raise candidate_fault(exc, during="loading the model", code="harness.error") from None
         seconds["load"] = time.perf_counter() - started
-        if header.get("artifact") is not None:
-            from optimizer.model import apply
-
-            try:
-                apply(model, header["artifact"])
+        if header.get("apply"):
+            try:  # runners.artifact.applier_source: the artifact's own applier, run here, in the sandbox
+                namespace = {"__name__": "dyno_artifact_applier"}
+                exec(compile(header["apply"], "artifact_applier.py", "exec"), namespace)
+                model = namespace["transform"](model) or model
             except BaseException as exc:
                 raise candidate_fault(exc, during="applying the optimization artifact", code="sandbox.import_error") from None
         if header.get("transform"):
@@ -397,8 +398,9 @@ def audit_model_forward(
 ) -> dict[str, Any]:
     """Measure the model's forward pass, eager against `artifact` applied, phase by phase.
 
-    `artifact` is an OptimizationArtifact, its dict, or None (the optimized side then runs the
-    model as is: an A/B/A of identical models). Each phase gets baseline, optimized and A/A
+    `artifact` is an optimization artifact (its JSON dict, or an object with `to_dict()`), applied in
+    the optimized worker by the applier it names (runners.artifact; the judge never imports the
+    optimizer), or None (the optimized side then runs the model as is: an A/B/A of identical models). Each phase gets baseline, optimized and A/A
     workers' samples over `protocol.rounds` measured rounds (or `rounds`), a verdict (`accepted`,
     `rejected` with reason codes, `error`, or `skipped` with a note) and, when accepted, the speedup
     with its CI. `transform_source` is for the harness's own tests only: Python source defining
@@ -446,7 +448,8 @@ def audit_model_forward(
         optimized_failure: SandboxError | None = None
         try:
             slots["optimized"].worker.call("load", timeout=load_timeout, model_dir=str(model_dir),
-                                           artifact=artifact_dict, transform=transform_source)
+                                           apply=applier_source(artifact_dict) if artifact_dict else None,
+                                           transform=transform_source)
         except SandboxError as exc:
             optimized_failure = exc
         _load_trusted(slots["aa"].worker, model_dir, load_timeout)
@@ -503,16 +506,7 @@ def audit_model_forward(
 
 def _artifact_dict(artifact: Any) -> dict[str, Any] | None:
     """The artifact as the worker receives it (JSON), refused early when it is not one."""
-    if artifact is None:
-        return None
-    from optimizer.model import OptimizationArtifact
-
-    if isinstance(artifact, OptimizationArtifact):
-        return artifact.to_dict()
-    if isinstance(artifact, Mapping):
-        OptimizationArtifact.from_dict(dict(artifact))  # raises ArtifactMismatch (a ValueError) with why
-        return dict(artifact)
-    raise ValueError(f"artifact must be an OptimizationArtifact, its dict or None, not {type(artifact).__name__}")
+    return artifact_document(artifact)
 
 
 @contextlib.contextmanager
@@ -539,7 +533,7 @@ def _readable_copy(model_dir: Path) -> Iterator[Path]:
 
 def _load_trusted(worker: Worker, model_dir: Path, timeout: float) -> dict[str, Any]:
     try:
-        return worker.call("load", timeout=timeout, model_dir=str(model_dir), artifact=None, transform=None).header
+        return worker.call("load", timeout=timeout, model_dir=str(model_dir), apply=None, transform=None).header
     except SandboxError as exc:
         raise ModelAuditError(f"the baseline model failed to load in its worker: {exc} {exc.detail[-1500:]}") from exc
 

@@ -143,3 +143,35 @@ def test_it_measures_a_compiled_artifact_without_mistaking_its_compiler_for_hidd
     # Dynamo's objects from the first call must not make preparing look like hidden work.
     assert prefill["verdict"] == "accepted", prefill["reasons"]
     assert prefill["speedup"] > 0 and 0 < prefill["correctness"]["worst_ratio"] <= 1.0
+
+
+def test_an_artifact_is_applied_in_the_sandbox_by_its_own_applier_and_its_failure_is_its_own(sample_models,
+                                                                                            llama_artifact):
+    """The judge imports no optimizer code: the artifact's applier runs in the optimized worker, so an
+    artifact made for another config fails there, as the artifact's error, not the harness's."""
+    altered = llama_artifact.to_dict()
+    altered["model"] = {**altered["model"], "config_sha256": "0" * 64}
+    report = _audit(sample_models["llama"], altered, phases=("prefill",))
+    prefill = _phase(report, "prefill")
+    assert prefill["verdict"] == "error" and prefill["reasons"][0]["code"] == "sandbox.import_error"
+    assert "applying the optimization artifact" in prefill["reasons"][0]["message"]
+    assert "config differs" in prefill["reasons"][0]["message"]
+
+
+def test_an_artifact_document_is_checked_before_any_worker_starts():
+    from runners.artifact import applier_source, artifact_document
+
+    with pytest.raises(ValueError, match="is not 'dyno.optimization-artifact/1'"):
+        artifact_document({"schema": "dyno.optimization-artifact/0"})
+    with pytest.raises(ValueError, match="lacks model, device"):
+        artifact_document({"schema": "dyno.optimization-artifact/1"})
+    full = {"schema": "dyno.optimization-artifact/1", "model": {}, "device": "cpu", "hardware": "h", "versions": {},
+            "workload": {}, "strategy": "baseline", "modules": [], "kernels": {}}
+    with pytest.raises(ValueError, match="applier"):
+        artifact_document({**full, "applier": "os:system; rm -rf"})
+    source = applier_source(artifact_document(full))
+    assert "from optimizer.model import apply as _apply" in source
+    namespace: dict = {}
+    exec(compile(source.replace("from optimizer.model import apply as _apply",
+                                "_apply = lambda model, artifact: ('applied', artifact['strategy'])"), "t", "exec"), namespace)
+    assert namespace["transform"]("m") == ("applied", "baseline")
