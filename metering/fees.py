@@ -8,7 +8,7 @@ The rules, in order (DESIGN.md "Data flow" 6 and "Trust model" 6):
 
 - Billable speedup S is the report's 95% CI lower bound. A report whose A/A control was unstable,
   or whose lower bound is under the contract's minimum, bills S = 1: zero saved hours, zero fee,
-  and the line says why (`Reason`).
+  and the line says why (`FeeReason`).
 - Saved hours = H x (S - 1); savings = saved hours x price per hour; fee = share x savings.
   Everything is exact inside (no intermediate rounding; an inexact step raises instead of
   rounding silently). Each displayed amount (savings, fee) is rounded ONCE, from its exact
@@ -87,7 +87,7 @@ Ref = int | str
 DecimalInput = Decimal | str | int
 
 
-class Reason(StrEnum):
+class FeeReason(StrEnum):
     """Why a line bills less than its usage suggests; stored with the line, shown on invoices."""
 
     BELOW_MINIMUM = "below_minimum"
@@ -103,7 +103,7 @@ class LineKind(StrEnum):
 @dataclass(frozen=True)
 class BillableSpeedup:
     speedup: Decimal
-    reason: Reason | None
+    reason: FeeReason | None
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ class Line:
     fee_exact: Decimal
     savings: Decimal
     fee: Decimal
-    reason: Reason | None = None
+    reason: FeeReason | None = None
     segment: Segment | None = None
 
 
@@ -264,9 +264,9 @@ def billable_speedup(
             "or more"
         )
     if not stable:
-        return BillableSpeedup(speedup=ONE, reason=Reason.UNSTABLE_REPORT)
+        return BillableSpeedup(speedup=ONE, reason=FeeReason.UNSTABLE_REPORT)
     if low < floor:
-        return BillableSpeedup(speedup=ONE, reason=Reason.BELOW_MINIMUM)
+        return BillableSpeedup(speedup=ONE, reason=FeeReason.BELOW_MINIMUM)
     return BillableSpeedup(speedup=low, reason=None)
 
 
@@ -278,7 +278,7 @@ def billing_line(
     share: DecimalInput,
     currency: str = DEFAULT_CURRENCY,
     rounding: str = DEFAULT_ROUNDING,
-    reason: Reason | None = None,
+    reason: FeeReason | None = None,
     segment: Segment | None = None,
 ) -> Line:
     """One usage line: exact saved hours, savings and fee, with savings and fee rounded once."""
@@ -368,7 +368,7 @@ def apply_cap(lines: Sequence[Line], *, cap: DecimalInput | None) -> list[Line]:
             fee_exact=adjustment,
             savings=zero_money,
             fee=adjustment,
-            reason=Reason.CAP,
+            reason=FeeReason.CAP,
         )
     )
     return result

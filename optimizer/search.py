@@ -47,7 +47,7 @@ class Verdict:
     SKIPPED = "skipped"
 
 
-class Reason:
+class SearchNote:
     """Machine-readable reason codes the search adds to a trial (the evaluator adds its own)."""
 
     EVALUATOR_RAISED = "evaluator-raised"
@@ -157,7 +157,7 @@ def _evaluate(evaluator: Evaluator, c: _Contender, rung: int, rounds: int, clock
     except Exception as exc:  # a broken evaluator call rejects this candidate, not the run
         c.last = None
         return Trial(c.candidate.name, c.candidate.params, c.candidate.source_sha256, rung, rounds, Verdict.ERROR,
-                     reasons=(Reason.EVALUATOR_RAISED, f"{type(exc).__name__}: {exc}"),
+                     reasons=(SearchNote.EVALUATOR_RAISED, f"{type(exc).__name__}: {exc}"),
                      seconds=clock.now() - started)
     elapsed = clock.now() - started
     c.last = m
@@ -215,22 +215,22 @@ def search(
         for i, c in enumerate(group):
             if clock.left() <= 0 and not c.is_baseline:
                 trials.extend(Trial(s.candidate.name, s.candidate.params, s.candidate.source_sha256, rung, rounds,
-                                    Verdict.SKIPPED, reasons=(Reason.BUDGET_EXHAUSTED,))
+                                    Verdict.SKIPPED, reasons=(SearchNote.BUDGET_EXHAUSTED,))
                               for s in group[i:] if not s.is_baseline)
                 break
             floor = floor_s(c.candidate) if floor_s is not None and not c.is_baseline else 0.0
             base_s = baseline.last.median_s if baseline.last is not None and baseline.last.correct else None
             if floor and base_s and floor >= base_s:
                 trials.append(Trial(c.candidate.name, c.candidate.params, c.candidate.source_sha256, rung, rounds,
-                                    Verdict.SKIPPED, reasons=(Reason.FLOOR_ABOVE_BASELINE,
+                                    Verdict.SKIPPED, reasons=(SearchNote.FLOOR_ABOVE_BASELINE,
                                                               f"floor {floor:.3g} s >= baseline {base_s:.3g} s")))
                 continue
             trial = _evaluate(evaluator, c, rung, rounds, clock)
             trials.append(trial)
             if trial.verdict == Verdict.CORRECT:
                 measured.append(c)
-            elif c.is_baseline and not any(n.startswith(Reason.BASELINE_REJECTED) for n in notes):
-                notes.append(f"{Reason.BASELINE_REJECTED}: the baseline candidate was judged {trial.verdict} "
+            elif c.is_baseline and not any(n.startswith(SearchNote.BASELINE_REJECTED) for n in notes):
+                notes.append(f"{SearchNote.BASELINE_REJECTED}: the baseline candidate was judged {trial.verdict} "
                              f"({'; '.join(trial.reasons)}); speedups rely on the evaluator's own baseline")
         return measured
 
@@ -252,7 +252,7 @@ def search(
         keep = max(1, math.ceil(len(ranked) / eta))
         trials.extend(Trial(d.candidate.name, d.candidate.params, d.candidate.source_sha256, rung, rounds,
                             Verdict.SKIPPED, median_s=d.last.median_s,  # type: ignore[union-attr]
-                            reasons=(Reason.ELIMINATED,)) for d in ranked[keep:])
+                            reasons=(SearchNote.ELIMINATED,)) for d in ranked[keep:])
         alive = [baseline, *ranked[:keep]]
         rung += 1
         rounds = min(full_rounds, rounds * eta)
@@ -267,7 +267,7 @@ def search(
         if s is not None and s >= best_speedup:
             best, best_speedup = c, s
     if best is None:
-        notes.append(f"{Reason.NOT_FASTER}: no candidate beat the baseline by {min_gain:.0%} in the final rung")
+        notes.append(f"{SearchNote.NOT_FASTER}: no candidate beat the baseline by {min_gain:.0%} in the final rung")
         return SearchOutcome(baseline.candidate, trials, strategy, 1.0 if base_in_rung else None, notes)
     return SearchOutcome(best.candidate, trials, strategy, best_speedup, notes)
 
@@ -348,4 +348,4 @@ def tune_workload(
     return result
 
 
-__all__ = ["Reason", "SearchOutcome", "Trial", "TuningKey", "TuningResult", "Verdict", "search", "tune_workload"]
+__all__ = ["SearchNote", "SearchOutcome", "Trial", "TuningKey", "TuningResult", "Verdict", "search", "tune_workload"]

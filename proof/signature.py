@@ -45,7 +45,7 @@ EXIT_INVALID = 1
 EXIT_UNUSABLE = 2
 
 
-class Reason(StrEnum):
+class VerifyReason(StrEnum):
     """Machine-readable outcome of `verify`; `VerifyResult.message` says it for people."""
 
     OK = "ok"
@@ -66,16 +66,16 @@ class KeyStatus(StrEnum):
 @dataclass(frozen=True)
 class VerifyResult:
     valid: bool
-    reason: Reason
+    reason: VerifyReason
     message: str
     # The key the signature names, when the signature document could be read.
     key_id: str | None = None
 
 
 class DocumentError(ValueError):
-    """A signature or keys document cannot be used; `reason` is the Reason verify reports."""
+    """A signature or keys document cannot be used; `reason` is the VerifyReason verify reports."""
 
-    def __init__(self, reason: Reason, message: str) -> None:
+    def __init__(self, reason: VerifyReason, message: str) -> None:
         super().__init__(message)
         self.reason = reason
 
@@ -306,7 +306,7 @@ def verify(body: bytes, signature_doc: Any, keys_doc: Any) -> VerifyResult:
     if entry is None:
         return VerifyResult(
             valid=False,
-            reason=Reason.UNKNOWN_KEY,
+            reason=VerifyReason.UNKNOWN_KEY,
             message=f"key {identifier} is not in the keys document; fetch the platform's "
             "current keys document, or the signature did not come from this platform",
             key_id=identifier,
@@ -314,7 +314,7 @@ def verify(body: bytes, signature_doc: Any, keys_doc: Any) -> VerifyResult:
     if entry.status is KeyStatus.REVOKED:
         return VerifyResult(
             valid=False,
-            reason=Reason.REVOKED_KEY,
+            reason=VerifyReason.REVOKED_KEY,
             message=f"key {identifier} is revoked; nothing it signed can be trusted, ask the "
             "platform for a re-signed report",
             key_id=identifier,
@@ -324,7 +324,7 @@ def verify(body: bytes, signature_doc: Any, keys_doc: Any) -> VerifyResult:
     except InvalidSignature:
         return VerifyResult(
             valid=False,
-            reason=Reason.BAD_SIGNATURE,
+            reason=VerifyReason.BAD_SIGNATURE,
             message=f"signature by key {identifier} does not match these report bytes: the "
             "report was changed (even re-saving or re-formatting it breaks the signature) or the "
             "signature belongs to another report",
@@ -332,7 +332,7 @@ def verify(body: bytes, signature_doc: Any, keys_doc: Any) -> VerifyResult:
         )
     return VerifyResult(
         valid=True,
-        reason=Reason.OK,
+        reason=VerifyReason.OK,
         message=f"valid signature by {entry.status.value} key {identifier}",
         key_id=identifier,
     )
@@ -342,20 +342,20 @@ def _parse_signature_doc(document: Any) -> tuple[str, bytes]:
     fields = _string_fields(document, ("key_id", "algorithm", "signature"))
     if fields is None:
         raise DocumentError(
-            Reason.MALFORMED_SIGNATURE,
+            VerifyReason.MALFORMED_SIGNATURE,
             "the signature document must be an object with string fields key_id, algorithm "
             "and signature",
         )
     if fields["algorithm"] != ALGORITHM:
         raise DocumentError(
-            Reason.BAD_ALGORITHM,
+            VerifyReason.BAD_ALGORITHM,
             f"signature algorithm is {fields['algorithm']!r}; Dyno reports are signed with "
             f"{ALGORITHM!r} only",
         )
     signature = _strict_b64decode(fields["signature"])
     if signature is None or len(signature) != SIGNATURE_BYTES:
         raise DocumentError(
-            Reason.MALFORMED_SIGNATURE,
+            VerifyReason.MALFORMED_SIGNATURE,
             f"signature must be standard base64 of {SIGNATURE_BYTES} bytes; the signature "
             "file is truncated or corrupted",
         )
@@ -393,7 +393,7 @@ def _raw_public_bytes(key: PublicOrPrivateKey) -> bytes:
 
 
 def _malformed_keys(message: str) -> DocumentError:
-    return DocumentError(Reason.MALFORMED_KEYS, message)
+    return DocumentError(VerifyReason.MALFORMED_KEYS, message)
 
 
 # --- command line -------------------------------------------------------------------------------
@@ -421,7 +421,7 @@ def _command_verify(arguments: argparse.Namespace) -> int:
     signature_doc = _read_json(Path(arguments.signature), "signature file")
     keys_doc = _read_json(Path(arguments.keys), "keys document")
     result = verify(body, signature_doc, keys_doc)
-    if result.reason in (Reason.MALFORMED_SIGNATURE, Reason.MALFORMED_KEYS):
+    if result.reason in (VerifyReason.MALFORMED_SIGNATURE, VerifyReason.MALFORMED_KEYS):
         raise _Unusable(f"{result.reason.value}: {result.message}")
     label = "VALID" if result.valid else "INVALID"
     print(f"{label} ({result.reason.value}): {result.message}")

@@ -18,7 +18,7 @@ from accounts.selectors import Actor
 from api.bounded import MAX_DEPTH, InputRejected, json_loads_bounded
 from reports.models import OPEN_REAUDIT, ReauditRequest, ReauditStatus, Report
 from reports.signing import keys_document
-from proof.signature import Reason, VerifyResult, verify
+from proof.signature import VerifyReason, VerifyResult, verify
 from runs.models import Run
 from runs.status import Status
 
@@ -62,7 +62,7 @@ def files_verify(*, body: bytes, signature: bytes) -> VerifyResult:
         signature_doc = json_loads_bounded(signature, max_bytes=VERIFY_FILE_MAX_BYTES, what="the signature file")
     except InputRejected as exc:
         problem = _SIGNATURE_PROBLEM.get(exc.code, "is not JSON")
-        return VerifyResult(valid=False, reason=Reason.MALFORMED_SIGNATURE,
+        return VerifyResult(valid=False, reason=VerifyReason.MALFORMED_SIGNATURE,
                             message=f"the signature file {problem}, so it is not a Dyno signature; download it "
                                     "again from the report page")
     return verify(body, signature_doc, keys_document())

@@ -18,7 +18,7 @@ from metering.fees import (
     ROUNDING_MODES,
     Contract,
     LineKind,
-    Reason,
+    FeeReason,
     ReportSwitch,
     Segment,
     Span,
@@ -139,7 +139,7 @@ def test_it_bills_segments_with_their_own_speedup_and_caps_the_total() -> None:
         (LineKind.USAGE, D("60.00")),
         (LineKind.CAP, D("-40.00")),
     ]
-    assert record.lines[2].reason is Reason.CAP
+    assert record.lines[2].reason is FeeReason.CAP
     assert record.lines[0].segment is not None and record.lines[0].segment.report == "A"
     assert record.total == D("100.00")
     assert str(record.total) == "100.00"
@@ -156,8 +156,8 @@ def test_it_bills_nothing_for_a_segment_below_minimum_or_unstable() -> None:
         ],
     )
     assert [(line.reason, line.fee) for line in record.lines] == [
-        (Reason.BELOW_MINIMUM, D("0.00")),
-        (Reason.UNSTABLE_REPORT, D("0.00")),
+        (FeeReason.BELOW_MINIMUM, D("0.00")),
+        (FeeReason.UNSTABLE_REPORT, D("0.00")),
         # 100 x 0.05 = 5 h saved x 2.00 = 10.00 savings x 0.5 = 5.00.
         (None, D("5.00")),
     ]
@@ -169,9 +169,9 @@ def test_it_uses_the_ci_lower_bound_as_billable_speedup() -> None:
     at_minimum = billable_speedup(ci_low="1.05", minimum="1.05")
     assert (at_minimum.speedup, at_minimum.reason) == (D("1.05"), None)
     below = billable_speedup(ci_low="1.049", minimum="1.05")
-    assert (below.speedup, below.reason) == (D(1), Reason.BELOW_MINIMUM)
+    assert (below.speedup, below.reason) == (D(1), FeeReason.BELOW_MINIMUM)
     unstable = billable_speedup(ci_low="2.0", minimum="1.05", stable=False)
-    assert (unstable.speedup, unstable.reason) == (D(1), Reason.UNSTABLE_REPORT)
+    assert (unstable.speedup, unstable.reason) == (D(1), FeeReason.UNSTABLE_REPORT)
 
 
 def test_it_refuses_a_minimum_below_one_and_a_nonpositive_bound() -> None:
@@ -470,7 +470,7 @@ def test_it_bills_zero_below_the_minimum(
     billable = billable_speedup(ci_low=ci_low, minimum=minimum)
     line = billing_line(hours=hours, speedup=billable.speedup, price_per_hour=price, share=share)
     if ci_low < minimum:
-        assert billable.reason is Reason.BELOW_MINIMUM
+        assert billable.reason is FeeReason.BELOW_MINIMUM
         assert line.fee == 0 and line.savings == 0
     else:
         assert billable.speedup == ci_low and billable.reason is None

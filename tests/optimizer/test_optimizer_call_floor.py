@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from optimizer.candidates import CPU_COMPILED_CALL_FLOOR_S, call_floor_s, candidate_space
 from optimizer.evaluation import Candidate
-from optimizer.search import Reason, Verdict, search, tune_workload
+from optimizer.search import SearchNote, Verdict, search, tune_workload
 from tests.optimizer.fake_evaluator import FakeEvaluator
 
 SHAPE = {"R": 32, "H": 256}
@@ -19,7 +19,7 @@ def test_it_skips_compiled_candidates_when_the_baseline_is_faster_than_a_compile
     ev = FakeEvaluator({"baseline": CPU_COMPILED_CALL_FLOOR_S / 2})
     out = tune_workload("rmsnorm", "rmsnorm", SHAPE, "float32", ev, device="cpu", time_budget_s=100)
     assert not any(name.startswith("compile-") for name in _names(ev.calls))
-    skipped = [t for t in out.trials if Reason.FLOOR_ABOVE_BASELINE in t.reasons]
+    skipped = [t for t in out.trials if SearchNote.FLOOR_ABOVE_BASELINE in t.reasons]
     assert skipped and all(t.verdict == Verdict.SKIPPED and t.candidate.startswith("compile-") for t in skipped)
     # what is not compiled is still measured
     assert "baseline[threads=1]" in _names(ev.calls) and out.chosen.name == "baseline"
@@ -29,7 +29,7 @@ def test_it_still_measures_compiled_candidates_above_the_floor():
     ev = FakeEvaluator({"baseline": 1e-3, "compile-fused": 4e-4})
     out = tune_workload("rmsnorm", "rmsnorm", SHAPE, "float32", ev, device="cpu", time_budget_s=100)
     assert out.chosen.name.startswith("compile-fused")
-    assert not any(Reason.FLOOR_ABOVE_BASELINE in t.reasons for t in out.trials)
+    assert not any(SearchNote.FLOOR_ABOVE_BASELINE in t.reasons for t in out.trials)
 
 
 def test_it_knows_no_floor_on_gpu_nor_for_eager_candidates():
@@ -45,4 +45,4 @@ def test_it_does_not_skip_on_a_floor_when_the_baseline_was_not_measured():
     ev = FakeEvaluator({"baseline": 1e-6, "c0": 5e-7}, incorrect={"baseline"})
     out = search(cands, ev, time_budget_s=100, floor_s=lambda c: 1.0)
     assert _names(ev.calls) == ["baseline", "c0"]
-    assert not any(Reason.FLOOR_ABOVE_BASELINE in t.reasons for t in out.trials)
+    assert not any(SearchNote.FLOOR_ABOVE_BASELINE in t.reasons for t in out.trials)

@@ -9,7 +9,7 @@ import pytest
 
 from optimizer.cache import MemoryTuningCache, make_key
 from optimizer.evaluation import Candidate
-from optimizer.search import Reason, Verdict, search, tune_workload
+from optimizer.search import SearchNote, Verdict, search, tune_workload
 from tests.optimizer.fake_evaluator import FakeEvaluator
 
 SHAPE = {"R": 500, "H": 256}
@@ -40,7 +40,7 @@ def test_it_halves_a_large_space_and_still_finds_the_fastest():
     assert rounds_spent < 13 * 10, "halving must spend fewer rounds than measuring everyone fully"
     full = [name for name, r in ev.calls if r == 10]
     assert "c7" in full and "baseline" in full
-    eliminated = [t for t in out.trials if Reason.ELIMINATED in t.reasons]
+    eliminated = [t for t in out.trials if SearchNote.ELIMINATED in t.reasons]
     assert eliminated, "the slow half must be recorded as eliminated"
 
 
@@ -48,7 +48,7 @@ def test_it_keeps_the_baseline_when_nothing_is_meaningfully_faster():
     ev = FakeEvaluator({"baseline": 1.0, "c0": 0.99, "c1": 1.5})
     out = search(candidates(2), ev, time_budget_s=100)
     assert out.chosen.name == "baseline"
-    assert any(n.startswith(Reason.NOT_FASTER) for n in out.notes)
+    assert any(n.startswith(SearchNote.NOT_FASTER) for n in out.notes)
 
 
 def test_it_never_chooses_a_candidate_slower_than_the_baseline():
@@ -63,7 +63,7 @@ def test_it_drops_incorrect_and_raising_candidates_at_once_with_their_reasons():
     assert out.chosen.name == "c2"
     by_name = {t.candidate: t for t in out.trials}
     assert by_name["c0"].verdict == Verdict.INCORRECT and "correctness.mismatch" in by_name["c0"].reasons
-    assert by_name["c1"].verdict == Verdict.ERROR and by_name["c1"].reasons[0] == Reason.EVALUATOR_RAISED
+    assert by_name["c1"].verdict == Verdict.ERROR and by_name["c1"].reasons[0] == SearchNote.EVALUATOR_RAISED
     assert "worker for c1 died" in by_name["c1"].reasons[1]
     assert [name for name, _ in ev.calls].count("c0") == 1, "an incorrect candidate is never measured again"
 
@@ -81,7 +81,7 @@ def test_it_records_skipped_candidates_when_the_budget_runs_out():
     ev = FakeEvaluator({"baseline": 1.0, "c0": 0.5}, default_s=0.1, seconds_per_round=1.0, clock=clock)
     out = search(candidates(4), ev, time_budget_s=15, now=lambda: clock[0])
     skipped = [t for t in out.trials if t.verdict == Verdict.SKIPPED]
-    assert skipped and all(Reason.BUDGET_EXHAUSTED in t.reasons for t in skipped)
+    assert skipped and all(SearchNote.BUDGET_EXHAUSTED in t.reasons for t in skipped)
     assert out.chosen.name == "c0", "the best of what was measured before the budget ran out"
     assert all(t.candidate != "baseline" for t in skipped), "the baseline is always measured"
 

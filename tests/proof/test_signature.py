@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from proof.canonical import canonical_bytes
 from proof.signature import (
     KeyRing,
-    Reason,
+    VerifyReason,
     generate_private_key,
     key_id,
     keys_document,
@@ -70,7 +70,7 @@ def test_it_verifies_what_it_signed(
     assert signature_doc["key_id"] == key_id(key)
     assert len(base64.b64decode(signature_doc["signature"])) == 64
     result = verify(body, signature_doc, keys_doc)
-    assert (result.valid, result.reason) == (True, Reason.OK)
+    assert (result.valid, result.reason) == (True, VerifyReason.OK)
     assert result.reason == "ok"
     assert result.key_id == key_id(key)
     assert "active" in result.message
@@ -83,7 +83,7 @@ def test_it_fails_when_any_single_byte_of_the_body_changes(
     position = int(len(body) * where) if isinstance(where, float) else where
     signature_doc = sign(body, key)
     result = verify(_flip_byte(body, position), signature_doc, keys_doc)
-    assert (result.valid, result.reason) == (False, Reason.BAD_SIGNATURE)
+    assert (result.valid, result.reason) == (False, VerifyReason.BAD_SIGNATURE)
     assert "changed" in result.message
 
 
@@ -93,7 +93,7 @@ def test_it_fails_when_the_body_is_reformatted_or_extended(
     signature_doc = sign(body, key)
     pretty = json.dumps(json.loads(body), indent=2).encode()
     for altered in (pretty, body + b"\n", body[:-1], b""):
-        assert verify(altered, signature_doc, keys_doc).reason == Reason.BAD_SIGNATURE
+        assert verify(altered, signature_doc, keys_doc).reason == VerifyReason.BAD_SIGNATURE
 
 
 @pytest.mark.parametrize("position", [0, 31, 63])
@@ -104,7 +104,7 @@ def test_it_fails_when_the_signature_changes(
     raw = _flip_byte(base64.b64decode(signature_doc["signature"]), position)
     tampered = {**signature_doc, "signature": base64.b64encode(raw).decode()}
     result = verify(body, tampered, keys_doc)
-    assert (result.valid, result.reason) == (False, Reason.BAD_SIGNATURE)
+    assert (result.valid, result.reason) == (False, VerifyReason.BAD_SIGNATURE)
 
 
 def test_it_fails_when_another_key_signed_under_a_published_key_id(
@@ -112,13 +112,13 @@ def test_it_fails_when_another_key_signed_under_a_published_key_id(
 ) -> None:
     impostor = sign(body, generate_private_key())
     forged = {**impostor, "key_id": key_id(key)}
-    assert verify(body, forged, keys_doc).reason == Reason.BAD_SIGNATURE
+    assert verify(body, forged, keys_doc).reason == VerifyReason.BAD_SIGNATURE
 
 
 def test_it_reports_an_unknown_key(body: bytes, keys_doc: dict[str, Any]) -> None:
     stranger = generate_private_key()
     result = verify(body, sign(body, stranger), keys_doc)
-    assert (result.valid, result.reason) == (False, Reason.UNKNOWN_KEY)
+    assert (result.valid, result.reason) == (False, VerifyReason.UNKNOWN_KEY)
     assert key_id(stranger) in result.message
 
 
@@ -127,7 +127,7 @@ def test_it_never_verifies_with_a_revoked_key(body: bytes) -> None:
     document = keys_document([old.public_key(), new.public_key()], {key_id(old)})
     # The signature itself is genuine; revocation alone must make it fail.
     result = verify(body, sign(body, old), document)
-    assert (result.valid, result.reason) == (False, Reason.REVOKED_KEY)
+    assert (result.valid, result.reason) == (False, VerifyReason.REVOKED_KEY)
     assert verify(body, sign(body, new), document).valid
 
 
@@ -138,7 +138,7 @@ def test_it_still_verifies_reports_signed_by_a_retired_key(body: bytes) -> None:
     statuses = {entry["key_id"]: entry["status"] for entry in document["keys"]}
     assert statuses == {key_id(old): "retired", key_id(new): "active"}
     result = verify(body, signed_before_rotation, document)
-    assert (result.valid, result.reason) == (True, Reason.OK)
+    assert (result.valid, result.reason) == (True, VerifyReason.OK)
     assert "retired" in result.message
 
 
@@ -217,7 +217,7 @@ def test_it_reports_a_malformed_signature_document(
     body: bytes, key: Ed25519PrivateKey, keys_doc: dict[str, Any], mutate: Any
 ) -> None:
     result = verify(body, mutate(sign(body, key)), keys_doc)
-    assert (result.valid, result.reason) == (False, Reason.MALFORMED_SIGNATURE)
+    assert (result.valid, result.reason) == (False, VerifyReason.MALFORMED_SIGNATURE)
     assert "signature" in result.message
 
 
@@ -225,7 +225,7 @@ def test_it_reports_an_unsupported_algorithm(
     body: bytes, key: Ed25519PrivateKey, keys_doc: dict[str, Any]
 ) -> None:
     result = verify(body, {**sign(body, key), "algorithm": "rsa-pss"}, keys_doc)
-    assert (result.valid, result.reason) == (False, Reason.BAD_ALGORITHM)
+    assert (result.valid, result.reason) == (False, VerifyReason.BAD_ALGORITHM)
     assert "rsa-pss" in result.message
 
 
@@ -255,7 +255,7 @@ def test_it_reports_a_malformed_keys_document(
     expected: str,
 ) -> None:
     result = verify(body, sign(body, key), make_keys_doc(keys_doc))
-    assert (result.valid, result.reason) == (False, Reason.MALFORMED_KEYS)
+    assert (result.valid, result.reason) == (False, VerifyReason.MALFORMED_KEYS)
     assert expected in result.message
 
 
