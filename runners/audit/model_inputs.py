@@ -1,0 +1,34 @@
+"""The whole-model audit's inputs, derived alike by the parent (runners.modelaudit) and its workers
+(runners.audit.model_worker): one round's token ids and the weights of the output commitments.
+Pure: no state, nothing the candidate could change in the parent's copy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from runners import suite
+
+# Prefill inputs are views of a token pool this many positions longer than the sequence, at offsets
+# revealed only when the window opens: precomputing every possible output in `prepare` would cost
+# this many forwards more than an honest worker spends there, which the CPU ledger shows.
+POOL_SLACK = 64
+
+
+def round_tokens(phase: str, seed: int, *, vocab: int, calls: int, batch: int, seq: int) -> torch.Tensor:
+    """One round's token ids, one set per call: for prefill a [batch, seq + POOL_SLACK] pool each
+    call reads a window of, for decode the [batch, seq] prompt whose cache the new token extends.
+
+    The parent draws `seed` per round and reveals it only in `prepare`; every worker of the round
+    derives the same tokens from it (as the per-kernel protocol derives its input pools). What each
+    call reads (the window's offset, decode's new token) the parent reveals only in `run`."""
+    width = seq + POOL_SLACK if phase == "prefill" else seq
+    rng = np.random.default_rng(suite.derive_seed(seed, phase, "tokens"))
+    return torch.from_numpy(rng.integers(0, vocab, size=(calls, batch, width), dtype=np.int64))
+
+
+def commit_weights(seed: int, width: int) -> torch.Tensor:
+    """One weight per logit column; a worker commits to sum(row * w) for every output row of every
+    timed call before anything is fetched. Generated on the CPU so every device gets the same values."""
+    return torch.randn(width, generator=torch.Generator().manual_seed(seed), dtype=torch.float32)

@@ -1,0 +1,260 @@
+"""The whole-model audit's worker: what a sandboxed worker runs instead of the per-kernel
+`runners.audit.worker.KernelWorker` (SandboxConfig.worker_handler). Untrusted side: it runs beside
+the artifact's code, which can patch it; the parent (runners.modelaudit) relies on nothing here but
+what it checks from outside (timestamps against its own clock, committed checksums, fetched logits).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from runners import measure, verify
+from runners.audit.model_inputs import POOL_SLACK, commit_weights, round_tokens
+from runners.measure import candidate_fault
+from runners.modelload import load_model  # before transformers: it makes the hub offline
+from runners.sandbox.wire import WorkerFault
+
+# The sandbox's zygote imports this module before it forks workers (SandboxConfig.worker_handler),
+# so every worker starts with transformers' model-loading machinery in memory: imported lazily, it
+# cost each worker ~3.5 s of a ~4 s tiny-model load on the 2-core development box.
+import transformers.modeling_utils  # noqa: E402,F401
+
+
+def _logits(out: Any) -> torch.Tensor:
+    """The model's main output: logits where it has them, else the last hidden state. (The optimizer
+    has its own for its self-check; the harness does not borrow the graded party's helpers.)"""
+    for attr in ("logits", "last_hidden_state"):
+        value = getattr(out, attr, None)
+        if isinstance(value, torch.Tensor):
+            return value
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        return out[0]
+    raise TypeError(f"cannot find the output tensor of a {type(out).__name__}")
+
+
+def _cache_of(out: Any) -> Any:
+    """The key/value cache a forward with use_cache=True returned (transformers 5: `cache`)."""
+    for attr in ("cache", "past_key_values"):
+        value = getattr(out, attr, None)
+        if value is not None:
+            return value
+    return None
+
+
+class ModelRunner:
+    """Loads one model (optionally with an artifact applied) and times its forward on the parent's tokens.
+
+    Ops: ping, load, prepare, run, commit, fetch, release (the shapes of runners.measure.ChildRunner's,
+    so measure.timed_run drives both)."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.model: torch.nn.Module | None = None
+        self.cache_arg: str | None = None
+        self.takes_mask = False
+        self.phase = ""
+        self.seq = 0
+        self.pool: torch.Tensor | None = None  # prefill: [calls, batch, seq + POOL_SLACK]
+        self.caches: list[Any] = []  # decode: one prefilled cache per call, each used once
+        self.mask: dict[str, torch.Tensor] = {}
+        self.weights: torch.Tensor | None = None
+        self.commit_seed = 0
+        self.pending: list[torch.Tensor] = []
+        self.outputs: list[torch.Tensor] = []
+
+    def handle(self, op: str, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        method = getattr(self, f"op_{op}", None)
+        if method is None:
+            raise ValueError(f"unknown op {op!r}")
+        return method(header, tensors)
+
+    def op_ping(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        return {"pid": os.getpid()}, []
+
+    def op_load(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        import inspect
+
+        started = time.perf_counter()
+        seconds: dict[str, float] = {}
+        try:
+            model, config = load_model(Path(header["model_dir"]), device=self.device)
+        except BaseException as exc:
+            raise candidate_fault(exc, during="loading the model", code="harness.error") from None
+        seconds["load"] = time.perf_counter() - started
+        if header.get("apply"):
+            try:  # runners.artifact.applier_source: the artifact's own applier, run here, in the sandbox
+                namespace = {"__name__": "dyno_artifact_applier"}
+                exec(compile(header["apply"], "artifact_applier.py", "exec"), namespace)
+                model = namespace["transform"](model) or model
+            except BaseException as exc:
+                raise candidate_fault(exc, during="applying the optimization artifact", code="sandbox.import_error") from None
+        if header.get("transform"):
+            try:
+                namespace: dict[str, Any] = {"__name__": "dyno_model_transform"}
+                exec(compile(header["transform"], "model_transform.py", "exec"), namespace)
+                model = namespace["transform"](model) or model
+            except BaseException as exc:
+                raise candidate_fault(exc, during="the model transform", code="sandbox.import_error") from None
+        params = inspect.signature(model.forward).parameters
+        self.cache_arg = next((name for name in ("cache", "past_key_values") if name in params), None)
+        self.takes_mask = "attention_mask" in params
+        decode_note = None
+        if getattr(config, "is_encoder_decoder", False):
+            decode_note = "encoder-decoder models are not audited token by token"
+        elif not model.can_generate():
+            decode_note = f"{type(model).__name__} does not generate text, so it has no next-token step"
+        elif self.cache_arg is None:
+            decode_note = f"{type(model).__name__}.forward takes no key/value cache"
+        self.model = model
+        # Whatever loading built stays; collections in `prepare` then only see the round's objects.
+        gc.collect()
+        gc.freeze()
+        first = next(model.parameters(), None)
+        seconds["total"] = time.perf_counter() - started
+        return {
+            "seconds": seconds,
+            "model_class": type(model).__name__,
+            "dtype": str(first.dtype).removeprefix("torch.") if first is not None else "float32",
+            "decode": decode_note is None,
+            "decode_note": decode_note,
+        }, []
+
+    def _forward(self, kwargs: dict[str, Any], during: str) -> Any:
+        assert self.model is not None
+        try:
+            with torch.no_grad():
+                return self.model(**kwargs)
+        except BaseException as exc:
+            raise candidate_fault(exc, during=during, code="sandbox.candidate_exception") from None
+
+    def _mask(self, batch: int, length: int) -> dict[str, torch.Tensor]:
+        return {"attention_mask": torch.ones(batch, length, dtype=torch.long, device=self.device)} if self.takes_mask else {}
+
+    def op_prepare(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        """The round's token sets; for decode, each prompt's cache, prefilled here outside the window."""
+        self.pool, self.caches, self.outputs, self.pending = None, [], [], []
+        # Collections happen here, outside every timed window (automatic GC is off in workers);
+        # freezing what survives keeps the next ones as cheap for a model that compiled on its
+        # first call (dynamo's objects) as for the eager one, so preparing costs both alike.
+        gc.collect()
+        gc.freeze()
+        self.phase, self.seq = str(header["phase"]), int(header["seq"])
+        batch = int(header["batch"])
+        tokens = round_tokens(self.phase, int(header["seed"]), vocab=int(header["vocab"]), calls=int(header["calls"]),
+                              batch=batch, seq=self.seq).to(self.device)
+        if self.phase == "prefill":
+            self.pool = tokens
+            self.mask = self._mask(batch, self.seq)
+        elif self.phase == "decode":
+            for index, prompt in enumerate(tokens):
+                out = self._forward({"input_ids": prompt, "use_cache": True, **self._mask(batch, self.seq)},
+                                    f"prefill {index} for decode")
+                cache = _cache_of(out)
+                if cache is None:
+                    raise WorkerFault("harness.error", "the model returned no key/value cache with use_cache=True")
+                self.caches.append(cache)
+            self.mask = self._mask(batch, self.seq + 1)
+        else:
+            raise ValueError(f"unknown phase {self.phase!r}")
+        self.commit_seed = int(header["commit_seed"])
+        self.weights = None
+        self._sync()
+        return {}, []
+
+    def _sync(self) -> None:
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    def _call_inputs(self, item: list[int]) -> dict[str, Any]:
+        """One call's keyword arguments from what `run` reveals: [set, window offset] for prefill,
+        [set, new token per batch entry] for decode."""
+        index = int(item[0])
+        if self.phase == "prefill":
+            assert self.pool is not None
+            start = int(item[1])
+            if not 0 <= start <= POOL_SLACK:
+                raise ValueError(f"window offset {start} outside the pool")
+            return {"input_ids": self.pool[index][:, start : start + self.seq], **self.mask}
+        new = torch.tensor([int(t) for t in item[1:]], dtype=torch.long, device=self.device).view(-1, 1)
+        assert self.cache_arg is not None
+        return {"input_ids": new, self.cache_arg: self.caches[index], "use_cache": True, **self.mask}
+
+    def op_run(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        """Time one sample: a forward per call, each on its own inputs (and cache, used once)."""
+        assert self.model is not None
+        kwargs = [self._call_inputs(item) for item in header["offsets"]]  # built before the timer starts
+        results: list[torch.Tensor] = []
+        reply: dict[str, Any] = {}
+        with torch.no_grad():
+            try:
+                if self.device.startswith("cuda"):
+                    reply["calls"] = self._time_cuda(kwargs, results)
+                else:
+                    c0 = time.process_time_ns()
+                    t0 = time.perf_counter_ns()
+                    for item in kwargs:
+                        results.append(_logits(self.model(**item)))
+                    t1 = time.perf_counter_ns()
+                    c1 = time.process_time_ns()
+                    reply.update(t0=t0, t1=t1, cpu_timed_ns=c1 - c0)
+            except BaseException as exc:
+                raise candidate_fault(exc, during="a timed forward", code="sandbox.candidate_exception") from None
+        self.pending = results
+        return reply, []
+
+    def _time_cuda(self, kwargs: list[dict[str, Any]], results: list[torch.Tensor]) -> list[list[float]]:
+        assert self.model is not None
+        calls: list[list[float]] = []
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in kwargs]
+        for item, (start, end) in zip(kwargs, events):
+            torch.cuda.synchronize()
+            h0 = time.perf_counter_ns()
+            start.record()
+            results.append(_logits(self.model(**item)))
+            torch.cuda.synchronize()  # device-wide: work left on other streams lands inside the window
+            end.record()
+            end.synchronize()
+            calls.append([h0, time.perf_counter_ns(), 0.0])
+        for call, (start, end) in zip(calls, events):
+            call[2] = start.elapsed_time(end) / 1e3
+        return calls
+
+    def op_commit(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        """Checksums of every output row of the last `run` (sum(row * w)), and what the outputs are."""
+        results, self.pending = self.pending, []
+        first_meta: list[dict[str, Any]] | None = None
+        inconsistent: list[int] = []
+        sums: list[list[float]] = []
+        with measure.harness_threads():
+            for index, out in enumerate(results):
+                _, meta = verify.inspect_outputs(out, [], expect_tuple=False)
+                if first_meta is None:
+                    first_meta = meta
+                elif meta != first_meta:
+                    inconsistent.append(index)
+                if type(out) is not torch.Tensor or out.dim() < 1:
+                    sums.append([])
+                    continue
+                if self.weights is None or self.weights.numel() != out.shape[-1]:
+                    self.weights = commit_weights(self.commit_seed, out.shape[-1]).to(out.device)
+                sums.append((out.detach().reshape(-1, out.shape[-1]).to(torch.float32) @ self.weights).tolist())
+            self.outputs = results
+        return {"meta": first_meta, "inconsistent": inconsistent[:50], "checksums": sums}, []
+
+    def op_fetch(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        """Rows of one timed call's output: every batch entry at the positions the parent names."""
+        out = self.outputs[int(header["call"])]
+        positions = torch.tensor([int(p) for p in header["positions"]], dtype=torch.long, device=out.device)
+        return {}, [out.detach().index_select(-2, positions).contiguous()]
+
+    def op_release(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        self.pool, self.caches, self.outputs, self.pending, self.weights = None, [], [], [], None
+        return {}, []
