@@ -1,4 +1,4 @@
-"""Dyno's Django settings, read from the environment (see README "Configuration").
+"""Dyno's Django settings, read from the environment (see docs/operations.md).
 
 Fail closed: production unless `DYNO_ENV=development` is asked for (make demo and make test do), and
 production refuses to start without real secrets; development refuses to face anything but loopback.
@@ -57,7 +57,7 @@ if PRODUCTION:
             " DYNO_ENV is not set, and Dyno starts with production settings unless told otherwise: for a "
             "local run or the tests set DYNO_ENV=development (make demo and make test do).")
         raise ImproperlyConfigured(
-            f"DYNO_ENV=production needs {', '.join(missing)}: set them (see README, Production).{unset}"
+            f"DYNO_ENV=production needs {', '.join(missing)}: set them (see docs/operations.md, Production deployment).{unset}"
         )
     if SECRET_KEY == _DEV_SECRET or len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5:
         raise ImproperlyConfigured(
@@ -211,6 +211,8 @@ DYNO_AUDIT_CHECKPOINT_DIR = Path(env_str("DYNO_AUDIT_CHECKPOINT_DIR", str(VAR_DI
 DYNO_DISPUTES_PER_REPORT = env_int("DYNO_DISPUTES_PER_REPORT", 5, minimum=1)
 DYNO_QUOTA_UPLOAD_BYTES_PER_DAY = env_int("DYNO_QUOTA_UPLOAD_BYTES_PER_DAY", 64 * 1024**3, minimum=1)
 
+# /metrics (Prometheus text format) answers only `Authorization: Bearer <this>`; unset: no endpoint.
+DYNO_METRICS_TOKEN = env_str("DYNO_METRICS_TOKEN", "")
 # Runner fleet: a runner is live while it heartbeats; a run whose worker fell silent is reaped.
 DYNO_HARDWARE_CLASSES = env_list("DYNO_HARDWARE_CLASSES", ["cpu", "gpu-h100", "gpu-h200"])
 # The largest model (parameters) a run may measure on each hardware class: a model run holds three

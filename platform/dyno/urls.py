@@ -2,9 +2,11 @@ from django.contrib import admin
 from django.urls import include, path, re_path
 
 from api import errors
+from fleet.metrics import metrics
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("metrics", metrics, name="metrics"),
     path("api/v1/", include("api.urls")),
     # Reports and metering own their paths (web under /reports, /billing; API under /api/v1/...).
     path("", include("reports.urls")),
