@@ -17,6 +17,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from accounts.models import Organization
 from accounts.selectors import actor_for_user
+from api.pagination import html_page
 from metering.billing import billing_run_create
 from metering.charts import revenue_by_customer, revenue_by_hardware, revenue_by_month, savings_by_month
 from metering.contracts import TERMS_FIELDS, contract_terms_from, contract_version_create
@@ -72,8 +73,9 @@ def invoices(request: HttpRequest) -> HttpResponse:
     # The same revenue as the dashboard and the export: finalized invoices, net of credit notes.
     revenue = [] if status not in ("", InvoiceStatus.FINALIZED) else revenue_totals(revenue_lines(
         access=access, period=period, organization=filters["organization"], currency=filters["currency"]))
+    pager = html_page(request, found)
     return render(request, "metering/invoices.html", {
-        "invoices": found[:500], "filters": filters, "statuses": InvoiceStatus.values, "operator": access.operator,
+        "invoices": pager.rows, "pager": pager, "filters": filters, "statuses": InvoiceStatus.values, "operator": access.operator,
         "revenue": revenue,
         "organizations": Organization.objects.order_by("slug") if access.operator else [],
         **_preview_section(access, every_organization=False),

@@ -30,9 +30,10 @@ class Page:
     next: str | None  # the cursor of the following page; None on the last
 
 
-def page_of(request: HttpRequest, queryset: QuerySet) -> Page:
-    """One page of `queryset` (already filtered to what the actor may read), in the list order."""
-    limit = _limit(request.GET.get("limit"))
+def page_of(request: HttpRequest, queryset: QuerySet, *, limit: int | None = None) -> Page:
+    """One page of `queryset` (already filtered to what the actor may read), in the list order;
+    `limit` rows, or the request's `limit`."""
+    limit = limit or _limit(request.GET.get("limit"))
     ordered = queryset.order_by("-created_at", "-pk")
     cursor = request.GET.get("cursor")
     if cursor:
@@ -80,3 +81,34 @@ def _decode(cursor: str, model: type[Model]) -> tuple[datetime, Any]:
         raise ApiError(400, "invalid_cursor", "cursor is not one this list answered as `next`; start again "
                                               "without it.") from None
     return at, pk
+
+
+@dataclass(frozen=True)
+class HtmlPage:
+    """A page of a list for a web page: its rows, the links to the newest and the next older page
+    (None where there is none), and why a cursor was ignored (None if it was not)."""
+
+    rows: list[Any]
+    older: str | None
+    newest: str | None
+    problem: str | None = None
+
+
+def html_page(request: HttpRequest, queryset: QuerySet, *, limit: int = 100) -> HtmlPage:
+    """One page for a web list: `?cursor=` as the API's, other query parameters (filters) kept in
+    the links; an unusable cursor shows the newest page and says so instead of failing."""
+    problem = None
+    try:
+        page = page_of(request, queryset, limit=limit)
+    except ApiError as exc:
+        request.GET = request.GET.copy()
+        request.GET.pop("cursor", None)
+        page, problem = page_of(request, queryset, limit=limit), exc.message
+    query = request.GET.copy()
+    query.pop("cursor", None)
+    newest = f"?{query.urlencode()}" if request.GET.get("cursor") else None
+    older = None
+    if page.next:
+        query["cursor"] = page.next
+        older = f"?{query.urlencode()}"
+    return HtmlPage(rows=page.rows, older=older, newest=newest, problem=problem)

@@ -18,6 +18,7 @@ from accounts.models import ApiKey, Role, Scope
 from accounts.selectors import Actor, actor_for_user, api_keys_for_actor, organization_for_actor
 from accounts.services import AccountError, api_key_create, api_key_revoke
 from api.serializers import run_dict
+from api.pagination import html_page
 from catalog.selectors import model_get, model_list, model_version_get
 from catalog.services import NamedUpload, model_version_upload
 from catalog.validation import UploadRejected
@@ -86,7 +87,8 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def models(request: HttpRequest) -> HttpResponse:
-    return render(request, "front/models.html", {"models": model_list(actor=_actor(request))})
+    pager = html_page(request, model_list(actor=_actor(request)))
+    return render(request, "front/models.html", {"models": pager.rows, "pager": pager})
 
 
 @login_required
@@ -154,7 +156,8 @@ def run_create(request: HttpRequest, version_id) -> HttpResponse:
 
 @login_required
 def runs(request: HttpRequest) -> HttpResponse:
-    return render(request, "front/runs.html", {"runs": run_list(actor=_actor(request))[:200]})
+    pager = html_page(request, run_list(actor=_actor(request)))
+    return render(request, "front/runs.html", {"runs": pager.rows, "pager": pager})
 
 
 @login_required

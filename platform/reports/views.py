@@ -23,6 +23,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from accounts.models import Role
 from accounts.selectors import Actor, actor_for_user
 from api.bounded import content_length
+from api.pagination import html_page
 from reports.compare import compare_bodies
 from reports.models import Report
 from reports.presentation import report_view, speedup_svg
@@ -69,10 +70,11 @@ def _filename(report: Report, suffix: str) -> str:
 @login_required
 def report_list_page(request: HttpRequest) -> HttpResponse:
     actor = _actor(request)
-    listed = list(report_list(actor=actor)[:200])
+    pager = html_page(request, report_list(actor=actor))
+    listed = pager.rows
     superseded = set(Report.objects.filter(supersedes__in=listed).values_list("supersedes_id", flat=True))
     return render(request, "reports/report_list.html", {
-        "reports": [(r, r.pk in superseded) for r in listed],
+        "reports": [(r, r.pk in superseded) for r in listed], "pager": pager,
         "many_orgs": actor.is_staff or len(actor.org_ids) > 1,
     })
 

@@ -140,3 +140,26 @@ def test_the_openapi_document_lists_the_paging_of_every_list():
         assert parameters["cursor"]["in"] == "query", path
         schema = paths[path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
         assert schema["properties"]["next"]["type"] == ["string", "null"] and "400" in paths[path]["get"]["responses"]
+
+
+def test_the_web_lists_page_by_the_same_cursor_and_keep_their_filters(client, make_org):
+    import re
+
+    from catalog.models import Model
+    from django.contrib.auth import get_user_model
+
+    org = make_org("acme", owner="owner@acme.test")
+    Model.objects.bulk_create([Model(organization=org, name=f"model-{i:03d}") for i in range(105)])
+    user = get_user_model().objects.get(email="owner@acme.test")
+    client.force_login(user)
+    first = client.get("/models/?keep=1").content.decode()
+    assert first.count("model-") == 100
+    older = re.search(r'href="(\?[^"]*cursor=[^"]+)" rel="next"', first).group(1).replace("&amp;", "&")
+    assert "keep=1" in older  # filters stay in the link
+    second = client.get(f"/models/{older}").content.decode()
+    assert second.count("model-") == 5 and 'rel="next"' not in second and ">Newest</a>" in second
+    shown = set(re.findall(r"model-\d{3}", first)) | set(re.findall(r"model-\d{3}", second))
+    assert len(shown) == 105  # every row once
+    broken = client.get("/models/?cursor=not-a-cursor")
+    assert broken.status_code == 200 and b"start again without it" in broken.content
+    assert broken.content.decode().count("model-") == 100
