@@ -9,9 +9,9 @@ PORT   ?= 8000
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/dyno
 TEST_BROKER_URL   ?= redis://127.0.0.1:6379/15
 
-.PHONY: install demo test test-fast worker web migrate bench gpu-check gpu-wheels clean
+.PHONY: install demo test test-fast worker web migrate bench gpu-check gpu-wheels lock clean
 
-$(VENV)/.installed: pyproject.toml scripts/install.sh
+$(VENV)/.installed: pyproject.toml requirements.lock scripts/install.sh
 	PYTHON=$(PYTHON) VENV=$(VENV) bash scripts/install.sh
 	touch $@
 
@@ -47,6 +47,13 @@ gpu-check:
 	@if [ -z "$(DRY_RUN)" ] && ls .whl/*.whl >/dev/null 2>&1; then \
 		$(GPU_PYTHON) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/dyno-gpu-site .whl/*.whl; fi
 	PYTHONPATH=/tmp/dyno-gpu-site$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PYTHON) benchmarks/gpu_check.py $(if $(DRY_RUN),--dry-run,)
+
+# Refresh requirements.lock after changing pyproject.toml's dependencies (torch is installed apart:
+# the CPU build on CPU machines, the host's own CUDA build on GPU hosts).
+lock: install
+	$(BIN)/python -m pip install -q pip-tools
+	$(BIN)/pip-compile -q --extra test --strip-extras --unsafe-package torch --no-emit-index-url \
+		--no-emit-find-links -c scripts/lock-constraints.txt --output-file requirements.lock pyproject.toml
 
 # What the GPU machine's image lacks, as Python 3.12 wheels for it (git-ignored; carried to the machine).
 gpu-wheels:

@@ -14,7 +14,15 @@ PIP="$VENV/bin/python -m pip --disable-pip-version-check -q"
 if ! command -v nvidia-smi >/dev/null 2>&1 && ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   $PIP install "torch==2.13.0"
 fi
-$PIP install -e ".[test]"
+# Pinned: every dependency at the version requirements.lock names (`make lock` refreshes it), then
+# Dyno itself without re-resolving. GPU hosts keep the triton that came with their CUDA torch.
+if command -v nvidia-smi >/dev/null 2>&1; then
+  grep -v '^triton==' requirements.lock > "$VENV/requirements-gpu.lock"
+  $PIP install -r "$VENV/requirements-gpu.lock"
+else
+  $PIP install -r requirements.lock
+fi
+$PIP install --no-deps -e .
 # Runner hosts sandbox candidate code under bubblewrap (runners/sandbox/bwrap.py).
 if ! command -v bwrap >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
