@@ -1,0 +1,1 @@
+"""Dyno's customer command line (`python -m dyno_client`): upload, run, reports, usage."""
