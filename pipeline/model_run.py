@@ -40,7 +40,8 @@ class PipelineOutcome:
 
 def run_model_pipeline(model_dir: Path, *, batch: int, seq: int, profile: str, device: str,
                        tuning_cache: Path, progress: Progress, workload_limit: int = 6,
-                       tune_budget_s: float = 20.0, replay: dict[str, Any] | None = None) -> PipelineOutcome:
+                       tune_budget_s: float = 20.0, replay: dict[str, Any] | None = None,
+                       try_compile: bool = True) -> PipelineOutcome:
     """Profile, optimize, audit: the whole measurement of one model run.
 
     `replay` (a re-audit): the artifact of the run measured before. Nothing is tuned: the same
@@ -82,7 +83,7 @@ def run_model_pipeline(model_dir: Path, *, batch: int, seq: int, profile: str, d
         optimize(1.0, f"re-audit: replaying the artifact measured before (strategy {artifact.strategy})")
     else:
         artifact = optimizer.model.optimize_model(model_dir, batch=batch, seq=seq, device=device,
-                                  cache=JsonlTuningCache(tuning_cache), hardware=hardware)
+                                  cache=JsonlTuningCache(tuning_cache), hardware=hardware, try_compile=try_compile)
         artifact.audited = {w.key: sources[w.key] for w in planned}
         optimize(1.0, f"optimization artifact: strategy {artifact.strategy}")
     seconds["optimize"] = time.monotonic() - started

@@ -232,6 +232,9 @@ DYNO_RUN_RESEND_SECONDS = env_int("DYNO_RUN_RESEND_SECONDS", 900, minimum=10)
 DYNO_TUNING_CACHE = Path(env_str("DYNO_TUNING_CACHE", str(VAR_DIR / "tuning-cache.jsonl")))
 DYNO_RUN_WORKLOAD_LIMIT = env_int("DYNO_RUN_WORKLOAD_LIMIT", 6, minimum=1)
 DYNO_TUNE_BUDGET_SECONDS = env_int("DYNO_TUNE_BUDGET_SECONDS", 20, minimum=1)
+# Whether a model run's optimizer also tries whole-model torch.compile configurations (each costs a
+# compile in the search and another per phase of the end-to-end audit when it is chosen).
+DYNO_OPTIMIZER_WHOLE_MODEL_COMPILE = env_bool("DYNO_OPTIMIZER_WHOLE_MODEL_COMPILE", True)
 # Time limits, read by the worker that executes a run: each stage has its own soft and hard limit
 # (DYNO_STAGE_TIME_LIMITS, "stage=SOFT/HARD,..." in seconds, restarted as the run enters the
 # stage), and the whole run has one more. Past a soft limit the run fails naming its stage; past a

@@ -165,7 +165,8 @@ def _execute_model(run: Run, device: str, progress) -> dict:
                                  profile=run.profile, device=device, progress=progress,
                                  tuning_cache=Path(settings.DYNO_TUNING_CACHE),
                                  workload_limit=settings.DYNO_RUN_WORKLOAD_LIMIT,
-                                 tune_budget_s=settings.DYNO_TUNE_BUDGET_SECONDS, replay=replay)
+                                 tune_budget_s=settings.DYNO_TUNE_BUDGET_SECONDS, replay=replay,
+                                 try_compile=settings.DYNO_OPTIMIZER_WHOLE_MODEL_COMPILE)
     run_log(run.pk, "stage seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in outcome.seconds.items()))
     return {"inventory": outcome.inventory, "result": outcome.result, "artifact": outcome.artifact}
 

@@ -30,6 +30,9 @@ def runner_settings(settings, tmp_path):
     settings.DYNO_TUNING_CACHE = tmp_path / "var" / "tuning-cache.jsonl"
     settings.DYNO_RUN_WORKLOAD_LIMIT = 1
     settings.DYNO_TUNE_BUDGET_SECONDS = 2
+    # No whole-model compile: the reproduction of a compiled artifact costs two cold compiles, and
+    # the compiled path is run by tests/web/test_worker_integration.py and tests/runners/test_modelaudit.py.
+    settings.DYNO_OPTIMIZER_WHOLE_MODEL_COMPILE = False
     return settings
 
 

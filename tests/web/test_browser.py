@@ -32,7 +32,8 @@ def test_it_uploads_a_model_and_watches_its_run_succeed(browser_page, live_serve
                                                         sample_models, tmp_path):
     page = browser_page
     make_org("acme", owner="owner@acme.test")
-    start_worker()
+    # The page is under test, not the optimizer: no whole-model compile (the worker test runs it).
+    start_worker(DYNO_OPTIMIZER_WHOLE_MODEL_COMPILE="False")
 
     page.goto(live_server.url + "/signin")
     page.fill("input[name=email]", "owner@acme.test")
