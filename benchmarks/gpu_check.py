@@ -250,6 +250,7 @@ def phase_harness(record: dict[str, Any], deadline: float, *, profile: str, devi
         state.setdefault("sandbox", document.get("sandbox"))
         for entry in document["workloads"]:
             rows.append({**_entry_row(entry), "seconds": round(time.monotonic() - began, 1)})
+        state["save"]()  # a run cut short still returns every audit it finished
     widths = sorted(r["aa_half_width"] for r in rows if r["aa_half_width"] is not None)
     record["median_aa_half_width"] = widths[len(widths) // 2] if widths else None
     record["unstable"] = sum(1 for r in rows if r["aa_stable"] is False)
@@ -259,7 +260,7 @@ def phase_harness(record: dict[str, Any], deadline: float, *, profile: str, devi
 
 
 def phase_optimizer(record: dict[str, Any], deadline: float, *, profile: str, device: str,
-                    copy_gb_per_s: float | None) -> None:
+                    copy_gb_per_s: float | None, state: dict) -> None:
     from pipeline.optimized import run_optimized_suite
 
     points = ["torch-compile"] if device == "cpu" else ["torch-compile", "torch-compile-max-autotune"]
@@ -275,6 +276,7 @@ def phase_optimizer(record: dict[str, Any], deadline: float, *, profile: str, de
                                            reference_points=points if _left(deadline) > 90 else points[:1])
             for entry in document["workloads"]:
                 rows.append(_optimizer_row(entry, copy_gb_per_s))
+            state["save"]()
     speedups = [r["speedup"] for r in rows if r.get("speedup")]
     record["geomean_over_eager"] = math.exp(sum(map(math.log, speedups)) / len(speedups)) if speedups else None
     over = [r["over_torch_compile"] for r in rows if r.get("over_torch_compile")]
@@ -305,7 +307,7 @@ def _header(path: Path) -> dict[str, str]:
     return dict(re.findall(r"^# ([a-z-]+): (.+)$", path.read_text(), flags=re.MULTILINE))
 
 
-def phase_cheats(record: dict[str, Any], deadline: float, *, profile: str, device: str) -> None:
+def phase_cheats(record: dict[str, Any], deadline: float, *, profile: str, device: str, state: dict) -> None:
     from runners.evaluate import audit_candidate
 
     folder = ROOT / "tests" / "runners" / "cheats"
@@ -325,6 +327,7 @@ def phase_cheats(record: dict[str, Any], deadline: float, *, profile: str, devic
         codes = sorted({r.get("code") for w in document["workloads"] for r in w.get("reasons") or []})
         rows.append({"cheat": path.name, "expected": expected, "verdict": document["verdict"], "codes": codes,
                      "as_expected": document["verdict"] == expected})
+        state["save"]()
     if any(not row["as_expected"] for row in rows):
         record["status"] = "failed"
 
@@ -403,14 +406,15 @@ def main(argv: list[str] | None = None) -> int:
     device, profile = ("cpu", "cpu-ci") if dry else ("cuda", "gpu")
     budgets = DRY_BUDGETS if dry else GPU_BUDGETS
     wanted = [p for p in args.only.split(",") if p] or list(budgets)
-    state: dict[str, Any] = {}
+    state: dict[str, Any] = {"save": check.save}
     plan: list[tuple[str, Callable[[dict[str, Any], float], None]]] = [
         ("machine", lambda r, d: phase_machine(r, d, device=device)),
         ("kernels", lambda r, d: phase_kernels(r, d, device=device, selection=args.kernel_tests)),
         ("harness", lambda r, d: phase_harness(r, d, profile=profile, device=device, state=state)),
         ("optimizer", lambda r, d: phase_optimizer(r, d, profile=profile, device=device,
-                                                   copy_gb_per_s=check.doc["phases"].get("machine", {}).get("copy_gb_per_s"))),
-        ("cheats", lambda r, d: phase_cheats(r, d, profile=profile, device=device)),
+                                                   copy_gb_per_s=check.doc["phases"].get("machine", {}).get("copy_gb_per_s"),
+                                                   state=state)),
+        ("cheats", lambda r, d: phase_cheats(r, d, profile=profile, device=device, state=state)),
         ("sandbox", lambda r, d: phase_sandbox(r, d, device=device, state=state)),
     ]
     for phase, body in plan:
