@@ -41,6 +41,13 @@ _TOLERANCES: dict[str, tuple[float, float]] = {
 # move by up to |logit| * 2^-9 in relative terms and the bf16 baseline itself lands up to ~4% of
 # a row's RMS away from the float64 result (measured over all distributions, seeds 0-7).
 _LOW_PRECISION_ATOL_SCALE: dict[str, float] = {"moe": 3.0}
+# float32 atol multipliers, for the same reason: eager fp32 attention on `outliers` inputs (a few
+# huge logits, a softmax close to one-hot) lands up to 1.7x the float32 atol from the float64 result
+# at the `cpu` shape (1 draw in 400 over it, seeds 0-399; 1 in 60 in another seed set), so an honest
+# kernel identical to the baseline failed its own check in ~1-5% of audits (seen in
+# benchmarks/harness.py, 2026-12-02). x4 leaves 2.4x over the worst draw seen; a wrong softmax,
+# scale or mask is off by a sizeable share of the row's RMS, far above it.
+_FLOAT32_ATOL_SCALE: dict[str, float] = {"attention_prefill": 4.0}
 # MoE routing within this relative logit gap of a tie may legitimately go either way in a
 # low-precision dtype; those tokens are left out of the comparison (see `check_mask`).
 _ROUTING_TIE_GAP: dict[str, float] = {"float32": 1e-5, "bfloat16": 3e-2, "float16": 4e-3}
@@ -760,9 +767,8 @@ def check_mask(spec: WorkloadSpec, inputs: tuple[torch.Tensor, ...]) -> tuple[to
 def tolerance(spec: WorkloadSpec) -> tuple[float, float]:
     """(atol, rtol) for the spec's dtype and workload; see the rule next to `_TOLERANCES`."""
     atol, rtol = _TOLERANCES[spec.dtype]
-    if spec.dtype != "float32":
-        atol *= _LOW_PRECISION_ATOL_SCALE.get(spec.name, 1.0)
-    return atol, rtol
+    scales = _LOW_PRECISION_ATOL_SCALE if spec.dtype != "float32" else _FLOAT32_ATOL_SCALE
+    return atol * scales.get(spec.name, 1.0), rtol
 
 
 def flops(spec: WorkloadSpec) -> int:

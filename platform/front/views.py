@@ -36,6 +36,7 @@ from runs.services import (
     run_start,
 )
 from runs.status import Status
+from runs.artifact_view import artifact_summary
 from runners.names import workload_names
 
 log = logging.getLogger(__name__)
@@ -165,7 +166,8 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
     actor = _actor(request)
     run = run_get(actor=actor, run_id=run_id)
     return render(request, "front/run_detail.html",
-                  {"run": run, "can_cancel": run_cancel_refusal(actor=actor, run=run) is None})
+                  {"run": run, "can_cancel": run_cancel_refusal(actor=actor, run=run) is None,
+                   "optimization": artifact_summary(run.artifact)})
 
 
 @login_required

@@ -108,3 +108,29 @@ def test_it_explains_a_bad_run_request(make_org, sample_models, media_root, kwar
     with pytest.raises(RunRejected, match=message):
         run_start(actor=Actor(roles={org.pk: "owner"}), version=version, **kwargs)
     assert Run.objects.count() == 0
+
+
+def test_the_run_page_says_what_the_optimizer_rewrote_kept_and_why(client, make_org, make_member):
+    from catalog.models import Model, ModelVersion
+    from django.contrib.auth import get_user_model
+
+    from runs.models import Run
+
+    org = make_org("acme", owner="owner@acme.test")
+    model = Model.objects.create(organization=org, name="tiny")
+    version = ModelVersion.objects.create(model=model, number=1, kind="weights", family="llama",
+                                          architecture="LlamaForCausalLM", parameter_count=1000, dtype="float32",
+                                          config={}, storage_dir="models/x", total_bytes=1)
+    artifact = {"schema": "dyno.optimization-artifact/1", "strategy": "patched-modules", "modules": [
+        {"module": f"model.layers.{i}.input_layernorm", "module_class": "LlamaRMSNorm", "family": "normalization",
+         "status": "optimized", "kernel": "rmsnorm_triton"} for i in range(2)] + [
+        {"module": "model.layers.0.self_attn", "module_class": "LlamaAttention", "family": "attention",
+         "status": "fallback", "reason": "model-level attention patching is not implemented"}],
+        "verification": {}, "notes": ["2 of 3 modules rewritten"]}
+    run = Run.objects.create(organization=org, model_version=version, hardware="cpu", profile="cpu-ci",
+                             artifact=artifact)
+    client.force_login(get_user_model().objects.get(email="owner@acme.test"))
+    page = client.get(f"/runs/{run.pk}").content.decode()
+    assert "What the optimizer did" in page and "patched into the modules" in page
+    assert "LlamaRMSNorm" in page and "rewritten" in page and "rmsnorm_triton" in page
+    assert "model-level attention patching is not implemented" in page and "kept (not supported)" in page
