@@ -34,7 +34,7 @@ from metering.selectors import (
     BillingAccess, billing_access, contract_get, contract_list, deployment_get, deployment_list, invoice_get,
     invoice_list,
 )
-from metering.serializers import credit_note_dict, invoice_dict, run_dict
+from metering.serializers import billing_run_dict, credit_note_dict, invoice_dict
 from metering.usage import MAX_EVENTS, usage_ingest, usage_summary
 from reports.models import Report
 
@@ -175,16 +175,16 @@ def usage_batch(request: HttpRequest) -> JsonResponse:
 def billing_runs(request: HttpRequest) -> JsonResponse:
     _operator(request)
     if request.method == "GET":
-        return page_response(request, BillingRun.objects.all(), "billing_runs", run_dict)
+        return page_response(request, BillingRun.objects.all(), "billing_runs", billing_run_dict)
     body = json_body(request)
     run, created = billing_run_create(period=_period(body.get("period")), actor=request.actor)
-    return JsonResponse({**run_dict(run), "created": created}, status=201 if created else 200)
+    return JsonResponse({**billing_run_dict(run), "created": created}, status=201 if created else 200)
 
 
 @api_endpoint(methods=("GET",), scopes=("finance",))
 def billing_run_detail(request: HttpRequest, run_id: uuid.UUID) -> JsonResponse:
     _operator(request)
-    return JsonResponse(run_dict(get_object_or_404(BillingRun, pk=run_id)))
+    return JsonResponse(billing_run_dict(get_object_or_404(BillingRun, pk=run_id)))
 
 
 @api_endpoint(methods=("GET",), scopes=READERS)

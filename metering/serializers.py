@@ -67,7 +67,7 @@ def invoice_dict(invoice: Invoice, *, with_lines: bool = False) -> dict[str, Any
     return data
 
 
-def run_dict(run: BillingRun) -> dict[str, Any]:
+def billing_run_dict(run: BillingRun) -> dict[str, Any]:
     return {"id": str(run.pk), "period": Period.of(run.period).name, "cutoff": run.cutoff.isoformat(),
             "created_at": run.created_at.isoformat(), "created_by": run.created_by, "summary": run.summary,
             "links": {"page": reverse("metering:run", args=[run.pk])}}
