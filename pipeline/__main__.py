@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from runners.cli import EXIT_ACCEPTED, EXIT_REJECTED, Parser
 from runners.cli import fail as _fail
 from runners.cli import progress_lines as _progress
-from runners.cli import write_json
+from runners.cli import selection, write_json
 
 # Relative to the current directory: the platform's own default when run from the repository root.
 DEFAULT_TUNING_CACHE = "var/tuning-cache.jsonl"
@@ -71,16 +71,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     from pipeline.optimized import run_optimized_suite
-    from runners import suite
     from runners.evaluate import HarnessError
     from runners.result import render_table
 
-    if args.profile not in suite.profile_names():
-        return _fail(f"unknown profile {args.profile!r}; use one of {', '.join(suite.profile_names())}")
-    names = [n for n in args.workloads.split(",") if n]
-    unknown = [n for n in names if n not in suite.workload_names()]
-    if unknown:
-        return _fail(f"unknown workload(s) {', '.join(unknown)}; use {', '.join(suite.workload_names())}")
+    names, problem = selection(args.profile, args.workloads)
+    if problem:
+        return _fail(problem)
     cache_path = args.tuning_cache or Path(os.environ.get("DYNO_TUNING_CACHE") or DEFAULT_TUNING_CACHE)
     try:
         budget_s = args.tune_budget or _positive_seconds(os.environ.get("DYNO_TUNE_BUDGET_SECONDS") or str(DEFAULT_TUNE_BUDGET_S))

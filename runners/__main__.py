@@ -24,6 +24,7 @@ from runners.cli import EXIT_ACCEPTED, EXIT_REJECTED
 from runners.cli import Parser as _Parser
 from runners.cli import fail as _fail
 from runners.cli import progress_lines as _progress
+from runners.cli import selection
 from runners.cli import write_json as _write
 
 REPORT_SCHEMA = "dyno.report/1"  # platform/reports/document.py writes it; only read here
@@ -137,16 +138,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from runners import suite
     from runners.calibrate import calibrate, render
     from runners.evaluate import HarnessError
 
-    if args.profile not in suite.profile_names():
-        return _fail(f"unknown profile {args.profile!r}; use one of {', '.join(suite.profile_names())}")
-    names = [n for n in args.workloads.split(",") if n]
-    unknown = [n for n in names if n not in suite.workload_names()]
-    if unknown:
-        return _fail(f"unknown workload(s) {', '.join(unknown)}; use {', '.join(suite.workload_names())}")
+    names, problem = selection(args.profile, args.workloads)
+    if problem:
+        return _fail(problem)
     try:
         document = calibrate(args.profile, workloads=names or None, device=args.device, seed=args.seed,
                              progress=_progress(args.quiet))
