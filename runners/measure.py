@@ -1,8 +1,8 @@
 """Measurement: the protocol parameters, and the pieces of a timed sample the whole-model audit
 shares with kernel audits (settling, the CPU ledger, commitments, physical floors).
 
-Kernel audits time through `runners.audit`; the whole-model audit (`runners.modelaudit`) drives
-`timed_run` against its own worker.
+Kernel audits time through `runners.audit.sample`; the whole-model audit (`runners.modelaudit`)
+through `runners.audit.model_sample`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from runners import suite
-from runners.audit.sample import sample_time
 from runners.sandbox import WorkerFault, Worker
 from runners.suite import WorkloadSpec
 
@@ -59,7 +58,7 @@ class Protocol:
     # cpu-ci pins one thread so CI boxes of any size measure the same thing.
     threads: int | None = None
     # CPU with one thread per worker: take the calling thread's run-queue wait off each sample
-    # (see timed_run). On a shared machine that wait, not the kernel, made most of the spread.
+    # (runners.audit.sample). On a shared machine that wait, not the kernel, made most of the spread.
     discount_preemption: bool = True
     # Kernel audits judge a round's CPU as one figure (see runners.audit.kernel.judge_timing): the
     # candidate's whole process tree may exceed threads x its reported time plus what the harness
@@ -220,70 +219,6 @@ def candidate_fault(exc: BaseException, *, during: str, import_phase: bool = Fal
 
 # --------------------------------------------------------------------------------------------
 # Parent side.
-
-
-@dataclass
-class RunRecord:
-    """One timed sample of one worker, as the parent saw it."""
-
-    calls: int
-    per_call_s: float
-    window_ns: int
-    reported_ns: int
-    clock_problem: str | None
-    checksums: list[list[float]]
-    meta: list[dict[str, Any]] | None
-    inconsistent: list[int]
-    cpu_window_ns: int = 0  # the kernel's count for the worker over the whole window
-    cpu_timed_ns: int | None = None  # the worker's own claim for the timed interval (trusted workers only)
-    preempted_ns: int = 0  # run-queue wait of the worker's calling thread over the timed calls, discounted
-    cpu_run_ns: int = 0  # the kernel's count for the worker (all threads) from the request to the timer's reply
-
-    @property
-    def unaccounted_s(self) -> float:
-        return (self.window_ns - self.reported_ns) / 1e9
-
-
-def timed_run(
-    worker: Worker, offsets: list[list[int]], *, device: str, timeout: float, discount_preemption: bool = False
-) -> RunRecord:
-    """One timed sample: the calls, then the worker's commitment to their outputs.
-
-    With `discount_preemption` (CPU, one thread per worker), the time the calling thread spent
-    runnable but waiting for a core, which the kernel counts and the parent reads from outside,
-    is taken off the sample: on a shared machine that is other processes' time, and it is what
-    made samples of one kernel scatter by tens of percent. It never takes a sample below the
-    worker's own CPU time over the same span (all its threads), so a candidate cannot earn a
-    discount by queueing threads of its own behind the calling one."""
-    wait_before = worker.runqueue_wait_ns() if discount_preemption else None
-    cpu_before = worker.cpu_ns()
-    reply = worker.call("run", timeout=timeout, offsets=offsets)
-    wait_after = worker.runqueue_wait_ns() if discount_preemption else None
-    cpu_run = worker.cpu_ns() - cpu_before
-    commit = worker.call("commit", timeout=timeout)
-    cpu_window = worker.cpu_ns() - cpu_before
-    header = {**reply.header, **{k: commit.header.get(k) for k in ("meta", "inconsistent", "checksums")}}
-    calls = len(offsets)
-    reported, per_call, preempted, problem = sample_time(header, reply, calls=calls, device=device, cpu_run=cpu_run,
-                                                         waits=(wait_before, wait_after))
-    checksums = header.get("checksums")
-    if not isinstance(checksums, list) or len(checksums) != calls:
-        problem = problem or "no checksum commitment for every call"
-        checksums = [[] for _ in range(calls)]
-    return RunRecord(
-        calls=calls,
-        per_call_s=max(per_call, 1e-12),
-        window_ns=commit.received_ns - reply.sent_ns,
-        reported_ns=reported,
-        clock_problem=problem,
-        checksums=checksums,
-        meta=header.get("meta"),
-        inconsistent=list(header.get("inconsistent") or []),
-        cpu_window_ns=cpu_window,
-        cpu_timed_ns=int(header["cpu_timed_ns"]) if isinstance(header.get("cpu_timed_ns"), int) else None,
-        preempted_ns=preempted,
-        cpu_run_ns=cpu_run,
-    )
 
 
 def _self_cpu_ns() -> int:

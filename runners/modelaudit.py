@@ -29,7 +29,8 @@ import torch
 from runners import measure, result, stats, suite, verify
 from runners.artifact import applier_source, artifact_document
 from runners.audit.model_inputs import POOL_SLACK, commit_weights
-from runners.measure import Protocol, RunRecord
+from runners.audit.model_sample import ModelSample, stepped_sample
+from runners.measure import Protocol
 from runners.modelload import read_config
 from runners.sandbox import Sandbox, SandboxConfig, SandboxError, Worker
 from runners.verify import Reason
@@ -59,7 +60,9 @@ FETCH_BYTES = 8 << 20
 METHOD = (
     "whole forward pass in sandboxed workers: eager transformers model (baseline) vs the same model with "
     "the optimization artifact applied, interleaved rounds in random order with an A/A control, fresh token "
-    "ids every round, logits of timed calls checked against the baseline's; speedup = median per-round "
+    "ids every round, each call's inputs revealed in its own request and timed on the parent's clock up to the "
+    "worker's commitment to its outputs, logits of timed calls checked against the baseline's and the "
+    "commitments; speedup = median per-round "
     "ratio with a paired bootstrap 95% CI widened by the A/A deviation"
 )
 
@@ -99,7 +102,7 @@ class _PhaseOutcome:
 
 def _discounts(protocol: Protocol, worker: Worker, device: str) -> bool:
     """As in the per-kernel audit: on CPU with one thread per worker, that thread's run-queue wait
-    is other processes' time and comes off the sample (measure.timed_run)."""
+    is other processes' time and comes off the sample (runners.audit.model_sample)."""
     return protocol.discount_preemption and device == "cpu" and worker.sandbox.config.threads == 1
 
 
@@ -109,8 +112,8 @@ def _round_request(phase: str, seed: int, *, calls: int, vocab: int, batch: int,
 
 
 def _reveal(phase: str, rng: np.random.Generator, *, calls: int, vocab: int, batch: int) -> list[list[int]]:
-    """What each call of a sample reads, sent with `run` (measure.timed_run's `offsets`): the set,
-    then the prefill window's offset in its pool or decode's new token per batch entry."""
+    """What each call of a sample reads, each sent with its own `step` (runners.audit.model_sample):
+    the set, then the prefill window's offset in its pool or decode's new token per batch entry."""
     if phase == "prefill":
         return [[call, int(rng.integers(0, POOL_SLACK + 1))] for call in range(calls)]
     return [[call, *(int(t) for t in rng.integers(0, vocab, size=batch))] for call in range(calls)]
@@ -297,8 +300,8 @@ def _calibrate(worker: Worker, protocol: Protocol, *, phase: str, vocab: int, ba
     worker.call("prepare", timeout=timeout, **_round_request(phase, suite.derive_seed(seed, "calibrate"), calls=3,
                                                              vocab=vocab, batch=batch, seq=seq, commit_seed=0))
     reveal = _reveal(phase, np.random.default_rng(suite.derive_seed(seed, "calibrate-reveal")), calls=3, vocab=vocab, batch=batch)
-    measure.timed_run(worker, reveal[:1], device=device, timeout=timeout, discount_preemption=discount)
-    per_call = measure.timed_run(worker, reveal[1:], device=device, timeout=timeout, discount_preemption=discount).per_call_s
+    stepped_sample(worker, reveal[:1], timeout=timeout, discount=discount)
+    per_call = stepped_sample(worker, reveal[1:], timeout=timeout, discount=discount).per_call_s
     worker.call("release", timeout=timeout)
     return max(1, min(MAX_CALLS_PER_SAMPLE, protocol.max_calls, math.ceil(protocol.target_sample_s / per_call))), per_call
 
@@ -314,11 +317,14 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
                                      seq=seq, seed=seed, device=device)
         outcome.calls = calls
         timeout = max(protocol.call_timeout_floor_s, protocol.call_timeout_factor * per_call * calls)
-        order_rng = np.random.default_rng(suite.derive_seed(seed, "order"))
-        # Which calls and positions are verified: drawn from the OS after the outputs are committed,
-        # never from the audit seed (a seed can be known to the vendor; a reproduction prints it).
+        # Everything a worker could precompute or time its behaviour by (the arms' order, each
+        # round's tokens, what each call reveals, the commitment weights) and which calls and
+        # positions are verified are drawn from the OS, never from the audit seed: a seed can be
+        # known to the vendor (a reproduction of a published report runs with its seed). The seed
+        # fixes calibration and the bootstrap only.
+        order_rng = np.random.default_rng(secrets.randbits(128))
         check_rng = np.random.default_rng(secrets.randbits(128))
-        reveal_rng = np.random.default_rng(suite.derive_seed(seed, "reveal"))
+        reveal_rng = np.random.default_rng(secrets.randbits(128))
         ledger = measure.CpuLedger()
         ordered = list(slots.values())
         samples: dict[str, list[float]] = {slot.label: [] for slot in ordered}
@@ -328,8 +334,8 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
             # Warm-up rounds hold the optimized side's first calls, which may compile.
             limit = timeout if measured else protocol.first_call_timeout_s + timeout
             progress(round_index / total, f"end to end {phase}: round {round_index + 1}/{total}")
-            commit_seed = suite.derive_seed(seed, "commit", round_index)
-            request = _round_request(phase, suite.derive_seed(seed, "round", round_index), calls=calls, vocab=vocab,
+            commit_seed = secrets.randbits(63)
+            request = _round_request(phase, secrets.randbits(63), calls=calls, vocab=vocab,
                                      batch=batch, seq=seq, commit_seed=commit_seed)
             ledger.next_round()
             for slot in ordered:
@@ -337,13 +343,13 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
                 slot.worker.call("prepare", timeout=limit, **request)
                 ledger.enter(slot.worker, "idle")
             offsets = _reveal(phase, reveal_rng, calls=calls, vocab=vocab, batch=batch)
-            records: dict[str, RunRecord] = {}
+            records: dict[str, ModelSample] = {}
             for position in order_rng.permutation(len(ordered)):
                 slot = ordered[int(position)]
                 measure.settle(workers, max_wait_s=protocol.settle_max_s)
                 ledger.enter(slot.worker, "window")
-                records[slot.label] = measure.timed_run(slot.worker, offsets, device=device, timeout=limit,
-                                                        discount_preemption=_discounts(protocol, slot.worker, device))
+                records[slot.label] = stepped_sample(slot.worker, offsets, timeout=limit,
+                                                     discount=_discounts(protocol, slot.worker, device))
                 ledger.enter(slot.worker, "idle")
             _check_round(outcome, slots, records, protocol, round_index=round_index, rng=check_rng, calls=calls,
                          length=seq if phase == "prefill" else 1, batch=batch, commit_seed=commit_seed, device=device,
@@ -379,11 +385,13 @@ _MIN_JUDGED_ROUNDS = 3
 def _judge_background(outcome: _PhaseOutcome, slots: dict[str, _Slot], ledger: measure.CpuLedger, protocol: Protocol,
                       *, warmup: int, seed: int) -> None:
     """CPU the optimized worker used outside its windows, round by round against the two trusted
-    workers (the per-kernel audit's rule, runners.evaluate._judge_timing): while it should be idle
-    (work between windows), and, for prefill, while it prepared tokens (outputs precomputed for
-    every window offset). Decode's `prepare` runs the optimized model's own prefill, which may
-    legitimately cost more or less than the baseline's, so only its idle time is judged; its new
-    tokens arrive with `run`. Judged by the lower bound of a bootstrap CI of the median excess."""
+    workers (the per-kernel audit's rule, runners.audit.kernel.judge_timing): while it should be idle
+    (work between windows), and while it prepared the round. Prefill's `prepare` only derives
+    tokens: outputs precomputed for every window offset would show. Decode's runs the optimized
+    model's own prefill of each call's prompt, which an optimized model runs faster, not slower;
+    a table of next-token outputs built there (every token of a small vocabulary, each prompt)
+    costs many prefills more. Both are held to `prepare_cpu_slack` over the trusted workers.
+    Judged by the lower bound of a bootstrap CI of the median."""
     measured = slice(warmup, None)
     optimized = slots["optimized"].worker
     trusted = [slots["baseline"].worker, slots["aa"].worker]
@@ -402,13 +410,13 @@ def _judge_background(outcome: _PhaseOutcome, slots: dict[str, _Slot], ledger: m
         outcome.fail(Reason("integrity.background_cpu", f"{outcome.phase}: the optimized model's worker used {idle.point * 1e3:.1f} ms "
                                                         "more CPU per round than trusted workers while it should have been idle"))
         return
-    if outcome.phase == "prefill":
-        ratio = stats.median_ci([c / max(t, 1e-6) for c, t in zip(prep_c, prep_t)],
-                                seed=suite.derive_seed(seed, "prepare") & 0xFFFFFFFF, **options)
-        extra = stats.median([c - t for c, t in zip(prep_c, prep_t)])
-        if ratio.low > 1.0 + protocol.prepare_cpu_slack and extra > protocol.background_cpu_abs_s:
-            outcome.fail(Reason("integrity.background_cpu", f"prefill: preparing tokens cost the optimized model's worker "
-                                                            f"{ratio.point:.2f}x the CPU it cost trusted workers (work hidden before its windows)"))
+    ratio = stats.median_ci([c / max(t, 1e-6) for c, t in zip(prep_c, prep_t)],
+                            seed=suite.derive_seed(seed, "prepare") & 0xFFFFFFFF, **options)
+    extra = stats.median([c - t for c, t in zip(prep_c, prep_t)])
+    if ratio.low > 1.0 + protocol.prepare_cpu_slack and extra > protocol.background_cpu_abs_s:
+        what = "preparing tokens" if outcome.phase == "prefill" else "prefilling the prompts' caches"
+        outcome.fail(Reason("integrity.background_cpu", f"{outcome.phase}: {what} cost the optimized model's worker "
+                                                        f"{ratio.point:.2f}x the CPU it cost trusted workers (work hidden before its windows)"))
 
 
 def _fetch(worker: Worker, call: int, positions: list[int], timeout: float) -> torch.Tensor | None:
@@ -416,7 +424,7 @@ def _fetch(worker: Worker, call: int, positions: list[int], timeout: float) -> t
     return reply.tensors[0] if len(reply.tensors) == 1 else None
 
 
-def _check_round(outcome: _PhaseOutcome, slots: dict[str, _Slot], records: dict[str, RunRecord], protocol: Protocol, *,
+def _check_round(outcome: _PhaseOutcome, slots: dict[str, _Slot], records: dict[str, ModelSample], protocol: Protocol, *,
                  round_index: int, rng: np.random.Generator, calls: int, length: int, batch: int, commit_seed: int,
                  device: str, timeout: float, compare_aa: bool) -> None:
     """Judge the optimized worker's timed calls of one round against the baseline's, on outputs fetched
@@ -473,7 +481,7 @@ def _check_round(outcome: _PhaseOutcome, slots: dict[str, _Slot], records: dict[
         flat = output.reshape(-1, width)
         indices = [b * length + p for b in range(flat.shape[0] // len(positions)) for p in positions]
         if len(claimed) != flat.shape[0] // len(positions) * length or not all(
-                measure.commitment_holds(float(claimed[i]), row, weights) for i, row in zip(indices, flat)):
+                measure.commitment_holds(float(claimed[i]), row.abs(), weights) for i, row in zip(indices, flat)):
             outcome.fail(Reason("integrity.commitment_mismatch", f"{where}, call {call}: outputs differ from the checksums committed when the window closed"))
         if compare_aa:
             # The reference is only as good as the baseline's determinism: two identical trusted

@@ -29,6 +29,18 @@ def round_tokens(phase: str, seed: int, *, vocab: int, calls: int, batch: int, s
 
 
 def commit_weights(seed: int, width: int) -> torch.Tensor:
-    """One weight per logit column; a worker commits to sum(row * w) for every output row of every
-    timed call before anything is fetched. Generated on the CPU so every device gets the same values."""
+    """One weight per logit column (see row_commitments). Generated on the CPU so every device
+    gets the same values."""
     return torch.randn(width, generator=torch.Generator().manual_seed(seed), dtype=torch.float32)
+
+
+def row_commitments(output: torch.Tensor, weights: torch.Tensor) -> list[float]:
+    """What a worker commits to for one timed call, in the same reply that ends the call's window:
+    sum(|row| * w) for every output row. The parent checks it later against rows it fetches
+    (runners.measure.commitment_holds on |row|).
+
+    Not sum(row * w): a model's last layer is linear, so that sum equals the hidden state times
+    (head^T w), which a worker could commit to without ever computing the logits and then compute
+    only the rows the parent fetches. The absolute value has no such shortcut."""
+    flat = output.detach().reshape(-1, output.shape[-1]).to(torch.float32).abs()
+    return (flat @ weights.to(flat.device)).tolist()

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from runners import measure, verify
-from runners.audit.model_inputs import POOL_SLACK, commit_weights, round_tokens
+from runners import verify
+from runners.audit.model_inputs import POOL_SLACK, commit_weights, round_tokens, row_commitments
 from runners.measure import candidate_fault
 from runners.modelload import load_model  # before transformers: it makes the hub offline
 from runners.sandbox.wire import WorkerFault
@@ -52,8 +52,7 @@ def _cache_of(out: Any) -> Any:
 class ModelRunner:
     """Loads one model (optionally with an artifact applied) and times its forward on the parent's tokens.
 
-    Ops: ping, load, prepare, run, commit, fetch, release (the shapes of runners.measure.ChildRunner's,
-    so measure.timed_run drives both)."""
+    Ops: ping, load, prepare, step (one timed call, runners.audit.model_sample), fetch, release."""
 
     def __init__(self, device: str) -> None:
         self.device = device
@@ -67,7 +66,6 @@ class ModelRunner:
         self.mask: dict[str, torch.Tensor] = {}
         self.weights: torch.Tensor | None = None
         self.commit_seed = 0
-        self.pending: list[torch.Tensor] = []
         self.outputs: list[torch.Tensor] = []
 
     def handle(self, op: str, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
@@ -140,7 +138,7 @@ class ModelRunner:
 
     def op_prepare(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
         """The round's token sets; for decode, each prompt's cache, prefilled here outside the window."""
-        self.pool, self.caches, self.outputs, self.pending = None, [], [], []
+        self.pool, self.caches, self.outputs = None, [], []
         # Collections happen here, outside every timed window (automatic GC is off in workers);
         # freezing what survives keeps the next ones as cheap for a model that compiled on its
         # first call (dynamo's objects) as for the eager one, so preparing costs both alike.
@@ -187,67 +185,34 @@ class ModelRunner:
         assert self.cache_arg is not None
         return {"input_ids": new, self.cache_arg: self.caches[index], "use_cache": True, **self.mask}
 
-    def op_run(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        """Time one sample: a forward per call, each on its own inputs (and cache, used once)."""
+    def op_step(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        """One timed call on the inputs this request reveals, and the commitment to its outputs.
+
+        The parent times the request on its own clock (runners.audit.model_sample); `t0`/`t1` are
+        only checked to fit inside it. The reply cannot be sent before the outputs exist: it
+        carries their commitment."""
         assert self.model is not None
-        kwargs = [self._call_inputs(item) for item in header["offsets"]]  # built before the timer starts
-        results: list[torch.Tensor] = []
-        reply: dict[str, Any] = {}
+        call = int(header["call"])
+        if call == 0:
+            self.outputs = []  # a new sample
+        if call != len(self.outputs):
+            raise ValueError(f"call {call} announced after {len(self.outputs)} calls of this sample")
+        kwargs = self._call_inputs(list(header["item"]))
+        t0 = time.perf_counter_ns()
         with torch.no_grad():
             try:
-                if self.device.startswith("cuda"):
-                    reply["calls"] = self._time_cuda(kwargs, results)
-                else:
-                    c0 = time.process_time_ns()
-                    t0 = time.perf_counter_ns()
-                    for item in kwargs:
-                        results.append(_logits(self.model(**item)))
-                    t1 = time.perf_counter_ns()
-                    c1 = time.process_time_ns()
-                    reply.update(t0=t0, t1=t1, cpu_timed_ns=c1 - c0)
+                out = _logits(self.model(**kwargs))
             except BaseException as exc:
                 raise candidate_fault(exc, during="a timed forward", code="sandbox.candidate_exception") from None
-        self.pending = results
-        return reply, []
-
-    def _time_cuda(self, kwargs: list[dict[str, Any]], results: list[torch.Tensor]) -> list[list[float]]:
-        assert self.model is not None
-        calls: list[list[float]] = []
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in kwargs]
-        for item, (start, end) in zip(kwargs, events):
-            torch.cuda.synchronize()
-            h0 = time.perf_counter_ns()
-            start.record()
-            results.append(_logits(self.model(**item)))
-            torch.cuda.synchronize()  # device-wide: work left on other streams lands inside the window
-            end.record()
-            end.synchronize()
-            calls.append([h0, time.perf_counter_ns(), 0.0])
-        for call, (start, end) in zip(calls, events):
-            call[2] = start.elapsed_time(end) / 1e3
-        return calls
-
-    def op_commit(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        """Checksums of every output row of the last `run` (sum(row * w)), and what the outputs are."""
-        results, self.pending = self.pending, []
-        first_meta: list[dict[str, Any]] | None = None
-        inconsistent: list[int] = []
-        sums: list[list[float]] = []
-        with measure.harness_threads():
-            for index, out in enumerate(results):
-                _, meta = verify.inspect_outputs(out, [], expect_tuple=False)
-                if first_meta is None:
-                    first_meta = meta
-                elif meta != first_meta:
-                    inconsistent.append(index)
-                if type(out) is not torch.Tensor or out.dim() < 1:
-                    sums.append([])
-                    continue
-                if self.weights is None or self.weights.numel() != out.shape[-1]:
-                    self.weights = commit_weights(self.commit_seed, out.shape[-1]).to(out.device)
-                sums.append((out.detach().reshape(-1, out.shape[-1]).to(torch.float32) @ self.weights).tolist())
-            self.outputs = results
-        return {"meta": first_meta, "inconsistent": inconsistent[:50], "checksums": sums}, []
+        self._sync()  # device-wide: work left on other streams lands inside the window
+        _, meta = verify.inspect_outputs(out, [], expect_tuple=False)
+        sums: list[float] = []
+        if type(out) is torch.Tensor and out.dim() >= 1:
+            if self.weights is None or self.weights.numel() != out.shape[-1]:
+                self.weights = commit_weights(self.commit_seed, out.shape[-1]).to(out.device)
+            sums = row_commitments(out, self.weights)
+        self.outputs.append(out)
+        return {"t0": t0, "t1": time.perf_counter_ns(), "meta": meta, "checksums": sums}, []
 
     def op_fetch(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
         """Rows of one timed call's output: every batch entry at the positions the parent names."""
@@ -256,5 +221,5 @@ class ModelRunner:
         return {}, [out.detach().index_select(-2, positions).contiguous()]
 
     def op_release(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        self.pool, self.caches, self.outputs, self.pending, self.weights = None, [], [], [], None
+        self.pool, self.caches, self.outputs, self.weights = None, [], [], None
         return {}, []

@@ -103,6 +103,171 @@ def test_it_rejects_an_optimized_side_that_works_between_its_windows(sample_mode
     assert prefill["correctness"]["passed"] and not prefill["billable"]
 
 
+# Adversaries against the stepped protocol (runners.audit.model_sample), one per way a paid party
+# would move the figure: they patch the worker's own code, as an artifact's applier can.
+
+# Claims each call took a microsecond: the worker's clock is not the one that bills.
+CLAIMS_NO_TIME = """
+import runners.audit.model_worker as mw
+_step = mw.ModelRunner.op_step
+
+def op_step(self, header, tensors):
+    reply, out = _step(self, header, tensors)
+    reply["t0"] = reply["t1"] - 1000
+    return reply, out
+
+mw.ModelRunner.op_step = op_step
+
+def transform(model):
+    return model
+"""
+
+# Answers each call at once with made-up commitments and computes the outputs only when the parent
+# fetches them (deferring work past the window, or holding calls back to batch them with later ones).
+ANSWERS_FIRST = """
+import time
+import torch
+import runners.audit.model_worker as mw
+from runners import verify
+
+def op_step(self, header, tensors):
+    if int(header["call"]) == 0:
+        self.outputs, self.later = [], []
+    self.later.append(self._call_inputs(list(header["item"])))
+    ids = self.later[-1]["input_ids"]
+    shape = (*ids.shape, self.model.config.vocab_size)
+    self.outputs.append(None)
+    _, meta = verify.inspect_outputs(torch.empty(shape), [], expect_tuple=False)
+    now = time.perf_counter_ns()
+    return {"t0": now, "t1": now + 1, "meta": meta, "checksums": [0.0] * (shape[0] * shape[1])}, []
+
+def op_fetch(self, header, tensors):
+    call = int(header["call"])
+    if self.outputs[call] is None:
+        with torch.no_grad():
+            self.outputs[call] = mw._logits(self.model(**self.later[call]))
+    return _fetch(self, header, tensors)
+
+_fetch = mw.ModelRunner.op_fetch
+mw.ModelRunner.op_step, mw.ModelRunner.op_fetch = op_step, op_fetch
+
+def transform(model):
+    return model
+"""
+
+# Skips the output head: a linear commitment sum(row * w) of logits equals hidden @ (head^T w), so it
+# commits without the head's GEMM and computes logits only for the rows the parent fetches.
+HEAD_SHORTCUT = """
+import time
+import torch
+import runners.audit.model_worker as mw
+from runners import verify
+from runners.audit.model_inputs import commit_weights
+
+def op_step(self, header, tensors):
+    if int(header["call"]) == 0:
+        self.outputs = []
+    kwargs = self._call_inputs(list(header["item"]))
+    t0 = time.perf_counter_ns()
+    with torch.no_grad():
+        hidden = self.model.model(**kwargs).last_hidden_state
+        head = self.model.lm_head.weight
+        weights = commit_weights(self.commit_seed, head.shape[0])
+        sums = (hidden.reshape(-1, hidden.shape[-1]) @ (head.t() @ weights)).tolist()
+    self.outputs.append(hidden)
+    _, meta = verify.inspect_outputs(torch.empty(*hidden.shape[:-1], head.shape[0]), [], expect_tuple=False)
+    return {"t0": t0, "t1": time.perf_counter_ns(), "meta": meta, "checksums": sums}, []
+
+def op_fetch(self, header, tensors):
+    hidden = self.outputs[int(header["call"])]
+    rows = hidden.index_select(-2, torch.tensor([int(p) for p in header["positions"]]))
+    with torch.no_grad():
+        return {}, [(rows @ self.model.lm_head.weight.t()).contiguous()]
+
+mw.ModelRunner.op_step, mw.ModelRunner.op_fetch = op_step, op_fetch
+
+def transform(model):
+    return model
+"""
+
+
+# Builds, while decode's caches are prefilled, a table of every next token's logits for each prompt
+# (a small vocabulary makes it cheap enough), and answers each decode call from it: 5.3x accepted
+# before `prepare` was judged for decode.
+DECODE_TABLE = """
+import time
+import torch
+import runners.audit.model_worker as mw
+from runners import verify
+from runners.audit.model_inputs import commit_weights, round_tokens, row_commitments
+
+_prepare, _step = mw.ModelRunner.op_prepare, mw.ModelRunner.op_step
+
+def op_prepare(self, header, tensors):
+    reply = _prepare(self, header, tensors)
+    self.table = None
+    if self.phase == "decode":
+        vocab = int(header["vocab"])
+        tokens = round_tokens("decode", int(header["seed"]), vocab=vocab, calls=int(header["calls"]),
+                              batch=int(header["batch"]), seq=self.seq)
+        with torch.no_grad():
+            self.table = [[mw._logits(self.model(input_ids=torch.cat([prompt.expand(vocab, -1), torch.arange(vocab).view(-1, 1)], 1)))[:, -1, :]
+                           for prompt in prompts] for prompts in tokens]
+    return reply
+
+def op_step(self, header, tensors):
+    if self.table is None:
+        return _step(self, header, tensors)
+    if int(header["call"]) == 0:
+        self.outputs = []
+    item = list(header["item"])
+    t0 = time.perf_counter_ns()
+    out = torch.stack([self.table[item[0]][b][t] for b, t in enumerate(item[1:])]).unsqueeze(1)
+    if self.weights is None:
+        self.weights = commit_weights(self.commit_seed, out.shape[-1])
+    sums = row_commitments(out, self.weights)
+    _, meta = verify.inspect_outputs(out, [], expect_tuple=False)
+    self.outputs.append(out)
+    return {"t0": t0, "t1": time.perf_counter_ns(), "meta": meta, "checksums": sums}, []
+
+mw.ModelRunner.op_prepare, mw.ModelRunner.op_step = op_prepare, op_step
+
+def transform(model):
+    return model
+"""
+
+
+def test_the_worker_clock_does_not_bill_a_call_it_claims_took_no_time(sample_models):
+    # Billed on the worker's own timestamps, this was accepted at 3x (two thirds of each sample
+    # claimed away) and 9,000x (the work moved into the commitment request).
+    prefill = _phase(_audit(sample_models["llama"], None, transform_source=CLAIMS_NO_TIME, phases=("prefill",)), "prefill")
+    assert prefill["verdict"] == "accepted", prefill["reasons"]
+    assert 0.5 < prefill["speedup"] < 2.0
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_a_worker_that_answers_before_computing_is_caught_by_its_commitments(sample_models, phase):
+    report = _audit(sample_models["llama"], None, transform_source=ANSWERS_FIRST, phases=(phase,))
+    result = _phase(report, phase)
+    assert result["verdict"] == "rejected" and not result["billable"]
+    assert [r["code"] for r in result["reasons"]] == ["integrity.commitment_mismatch"]
+    assert result["correctness"]["passed"]  # the fetched logits themselves are right
+
+
+def test_a_commitment_cannot_be_made_through_the_output_heads_linearity(sample_models):
+    report = _audit(sample_models["llama"], None, transform_source=HEAD_SHORTCUT, phases=("prefill",))
+    prefill = _phase(report, "prefill")
+    assert prefill["verdict"] == "rejected" and not prefill["billable"]
+    assert [r["code"] for r in prefill["reasons"]] == ["integrity.commitment_mismatch"]
+
+
+def test_a_next_token_table_built_while_preparing_decode_is_hidden_work(sample_models):
+    decode = _phase(_audit(sample_models["llama"], None, transform_source=DECODE_TABLE, phases=("decode",)), "decode")
+    assert decode["verdict"] == "rejected" and not decode["billable"]
+    assert [r["code"] for r in decode["reasons"]] == ["integrity.background_cpu"]
+    assert "prefilling the prompts' caches" in decode["reasons"][0]["message"]
+
+
 def test_it_reports_an_optimized_side_that_fails_to_load_as_an_error(sample_models):
     report = _audit(sample_models["llama"], None, transform_source="def transform(model):\n    raise RuntimeError('boom')\n",
                     phases=("prefill",))
@@ -137,12 +302,13 @@ def test_it_refuses_what_cannot_be_audited_before_starting_workers(sample_models
 def test_it_measures_a_compiled_artifact_without_mistaking_its_compiler_for_hidden_work(llama_artifact, sample_models):
     # What optimize_model emits when whole-model torch.compile wins its quick estimate.
     compiled = {**llama_artifact.to_dict(), "strategy": Strategy.COMPILE, "compile": {"dynamic": False}}
-    report = _audit(sample_models["llama"], compiled, rounds=6, phases=("prefill",))
-    prefill = _phase(report, "prefill")
+    report = _audit(sample_models["llama"], compiled, rounds=6)
     assert report["artifact_strategy"] == "whole-model-compile"
-    # Dynamo's objects from the first call must not make preparing look like hidden work.
-    assert prefill["verdict"] == "accepted", prefill["reasons"]
-    assert prefill["speedup"] > 0 and 0 < prefill["correctness"]["worst_ratio"] <= 1.0
+    # Dynamo's objects from the first call must not make preparing look like hidden work, nor the
+    # compiled model's own prefill of decode's caches.
+    for phase in report["phases"]:
+        assert phase["verdict"] == "accepted", (phase["phase"], phase["reasons"])
+        assert phase["speedup"] > 0 and 0 <= phase["correctness"]["worst_ratio"] <= 1.0
 
 
 def test_an_artifact_is_applied_in_the_sandbox_by_its_own_applier_and_its_failure_is_its_own(sample_models,

@@ -1,0 +1,94 @@
+"""One timed sample of a whole-model worker, as the parent measures it. Trusted side.
+
+A sample is stepped: the parent reveals one call's inputs per request (`step`) and the worker's
+reply must carry its commitment to that call's outputs (runners.audit.model_inputs.row_commitments)
+before the next call's inputs exist anywhere it can read. The time billed is the parent's own
+clock, request sent to reply received, summed over the calls: nothing the worker says about its
+time enters the figure. So a worker cannot batch calls it has not seen (lookahead), answer early
+and finish later (the commitment needs the outputs), or move work outside a clock it cannot touch.
+
+The wire round trip is inside every call's window, the same for every arm (about 0.1 ms on the
+development VM against forward passes of milliseconds): it can only pull a speedup towards 1.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from runners.sandbox import Worker
+
+
+@dataclass
+class ModelSample:
+    """One worker's timed calls of one round."""
+
+    calls: int
+    per_call_s: float  # the parent's windows, summed, less the discounted wait, per call
+    window_ns: int  # the parent's clock over the calls' requests
+    preempted_ns: int  # run-queue wait of the worker's thread taken off (CPU, one thread)
+    cpu_run_ns: int  # the kernel's count for the worker's whole tree over the sample
+    clock_problem: str | None  # the worker's timestamps do not fit the parent's windows (a lie, judged)
+    checksums: list[list[float]]
+    meta: list[dict[str, Any]] | None  # call 0's outputs, described
+    inconsistent: list[int]  # calls whose outputs differ in kind from call 0's
+    windows_ns: list[int] = field(default_factory=list)
+
+
+def _spare_cores(worker: Worker) -> list[int]:
+    measured = set(worker.sandbox.config.cpus)
+    return sorted(set(os.sched_getaffinity(0)) - measured) if measured else []
+
+
+def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float, discount: bool) -> ModelSample:
+    """Time `items` (what each call reads, runners.modelaudit._reveal) one request per call.
+
+    With `discount` (CPU, one thread per worker) the worker's run-queue wait over the sample comes
+    off, never below the CPU its whole tree used over the same span: waiting behind its own threads
+    or processes is their CPU, not other processes' time."""
+    spare = _spare_cores(worker)
+    pinned = os.sched_getaffinity(0)
+    if spare:
+        os.sched_setaffinity(0, spare)  # the parent's wake-ups never land on the measured core
+    windows: list[int] = []
+    checksums: list[list[float]] = []
+    metas: list[Any] = []
+    problem: str | None = None
+    try:
+        wait_before = worker.runqueue_wait_ns() if discount else None
+        cpu_before = worker.cpu_ns()
+        for call, item in enumerate(items):
+            reply = worker.call("step", timeout=timeout, call=call, item=list(item))
+            windows.append(reply.received_ns - reply.sent_ns)
+            header = reply.header
+            t0, t1 = header.get("t0"), header.get("t1")
+            if problem is None and not (isinstance(t0, int) and isinstance(t1, int) and reply.sent_ns <= t0 <= t1 <= reply.received_ns):
+                problem = (f"call {call}: the worker's timestamps {t0!r}..{t1!r} fall outside the parent's window "
+                           f"[{reply.sent_ns}, {reply.received_ns}] on the same monotonic clock")
+            sums = header.get("checksums")
+            checksums.append(sums if isinstance(sums, list) else [])
+            metas.append(header.get("meta"))
+        wait_after = worker.runqueue_wait_ns() if discount else None
+        cpu_run = worker.cpu_ns() - cpu_before
+    finally:
+        if spare:
+            os.sched_setaffinity(0, pinned)
+    total = sum(windows)
+    effective = total
+    if wait_before is not None and wait_after is not None:
+        effective = max(total - max(0, wait_after - wait_before), min(cpu_run, total))
+    calls = len(items)
+    first = metas[0] if metas and isinstance(metas[0], list) else None
+    return ModelSample(
+        calls=calls,
+        per_call_s=max(effective / 1e9 / max(calls, 1), 1e-12),
+        window_ns=total,
+        preempted_ns=total - effective,
+        cpu_run_ns=cpu_run,
+        clock_problem=problem,
+        checksums=checksums,
+        meta=first,
+        inconsistent=[i for i, meta in enumerate(metas) if meta != metas[0]],
+        windows_ns=windows,
+    )
