@@ -83,6 +83,10 @@ class Protocol:
     # 30 generations gave wider intervals and more unstable A/A controls than one process per arm
     # with the A/A widening (benchmarks/results/aa-rotation-experiment.json).
     worker_generations: int = 1
+    # The whole-model audit measures up to this many times `rounds` per phase where they fit in its
+    # time budget (runners.modelaudit.PHASE_BUDGET_S): forward passes of small models are cheap,
+    # and the A/A interval narrows with the square root of the rounds.
+    model_rounds_factor: int = 1
 
     def worker_threads(self) -> int:
         return self.threads or max(1, len(os.sched_getaffinity(0)) - 1)
@@ -127,7 +131,8 @@ _CPU_CI = Protocol(
 _PROTOCOLS: dict[str, Protocol] = {
     "cpu-ci": _CPU_CI,
     "cpu": replace(
-        _CPU_CI, name="cpu", rounds=30, target_sample_s=0.012, verify_per_round=1, aa_tolerance=0.05, threads=None
+        _CPU_CI, name="cpu", rounds=30, target_sample_s=0.012, verify_per_round=1, aa_tolerance=0.05, threads=None,
+        model_rounds_factor=3,
     ),
     "gpu": replace(
         _CPU_CI,
@@ -143,6 +148,7 @@ _PROTOCOLS: dict[str, Protocol] = {
         settle_max_s=0.01,
         l2_flush_bytes=256 << 20,
         discount_preemption=False,
+        model_rounds_factor=3,
     ),
 }
 

@@ -53,6 +53,11 @@ FORWARD_TOLERANCE: dict[str, tuple[float, float]] = {
 # A forward pass is long next to a kernel call: a sample holds at most this many calls (each decode
 # call needs its own prefilled cache, prepared outside the window).
 MAX_CALLS_PER_SAMPLE = 8
+# A phase measures the protocol's rounds, and up to `model_rounds_factor` times more while they fit in
+# PHASE_BUDGET_S (estimated from calibration): a forward pass of a small model is cheap, and its A/A
+# interval narrows with the square root of the rounds (tiny llama, 2x64 on the 2-core VM: prefill
+# A/A half-width 3.8% at 30 rounds, 1.3-2.9% at 90).
+PHASE_BUDGET_S = 45.0
 # Bytes of logits fetched per checked call and side; positions beyond that are sampled at random,
 # chosen after the window closed, so a full-vocabulary model at long sequences stays cheap to check.
 FETCH_BYTES = 8 << 20
@@ -140,7 +145,8 @@ def audit_model_forward(
     `artifact` is an optimization artifact (its JSON dict, or an object with `to_dict()`), applied in
     the optimized worker by the applier it names (runners.artifact; the judge never imports the
     optimizer), or None (the optimized side then runs the model as is: an A/B/A of identical models). Each phase gets baseline, optimized and A/A
-    workers' samples over `protocol.rounds` measured rounds (or `rounds`), a verdict (`accepted`,
+    workers' samples over `protocol.rounds` measured rounds, up to `protocol.model_rounds_factor` times
+    more where they fit in PHASE_BUDGET_S (exactly `rounds` where given), a verdict (`accepted`,
     `rejected` with reason codes, `error`, or `skipped` with a note) and, when accepted, the speedup
     with its CI. `transform_source` is for the harness's own tests only: Python source defining
     `transform(model)`, run in the optimized worker after the artifact, to build a wrong model.
@@ -156,6 +162,7 @@ def audit_model_forward(
     protocol = protocol or measure.protocol_for(profile)
     if rounds is not None:
         protocol = replace(protocol, rounds=max(1, int(rounds)))
+    extend = rounds is None
     model_dir = Path(model_dir).resolve()
     config = read_config(model_dir)
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -211,7 +218,7 @@ def audit_model_forward(
                 span = (0.05 + 0.9 * index / len(wanted), 0.05 + 0.9 * (index + 1) / len(wanted))
                 try:
                     _audit_phase(outcome, sandbox, slots, protocol, phase=phase, vocab=vocab, batch=batch, seq=seq,
-                                 device=device, seed=suite.derive_seed(seed, "model-forward", phase),
+                                 device=device, seed=suite.derive_seed(seed, "model-forward", phase), extend=extend,
                                  progress=lambda f, m, s=span: note(s[0] + (s[1] - s[0]) * f, m))
                 except ModelAuditError as exc:  # this phase cannot be judged; the other may still be
                     outcome.fail(Reason("harness.error", str(exc)[:2000]), verdict="error")
@@ -232,6 +239,7 @@ def audit_model_forward(
         "dtype": info.get("dtype"),
         "artifact_strategy": (artifact_dict or {}).get("strategy", "none"),
         "protocol": {"name": protocol.name, "rounds": protocol.rounds, "warmup_rounds": protocol.warmup_rounds,
+                     "rounds_up_to": protocol.rounds * protocol.model_rounds_factor if extend else protocol.rounds,
                      "aa_tolerance": protocol.aa_tolerance, "threads": protocol.worker_threads(),
                      "discount_preemption": protocol.discount_preemption and device == "cpu" and protocol.worker_threads() == 1,
                      "target_sample_s": protocol.target_sample_s},
@@ -307,7 +315,7 @@ def _calibrate(worker: Worker, protocol: Protocol, *, phase: str, vocab: int, ba
 
 
 def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slot], protocol: Protocol, *, phase: str,
-                 vocab: int, batch: int, seq: int, device: str, seed: int, progress: Progress) -> None:
+                 vocab: int, batch: int, seq: int, device: str, seed: int, progress: Progress, extend: bool = False) -> None:
     """Calibrate on the baseline, then interleaved rounds; stops at the first round that rejects."""
     optimized = slots["optimized"].worker
     workers = [slot.worker for slot in slots.values()]
@@ -328,7 +336,7 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
         ledger = measure.CpuLedger()
         ordered = list(slots.values())
         samples: dict[str, list[float]] = {slot.label: [] for slot in ordered}
-        total = protocol.warmup_rounds + protocol.rounds
+        total = protocol.warmup_rounds + (_phase_rounds(protocol, calls * per_call) if extend else protocol.rounds)
         for round_index in range(total):
             measured = round_index >= protocol.warmup_rounds
             # Warm-up rounds hold the optimized side's first calls, which may compile.
@@ -374,6 +382,13 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
     stray = sandbox.strays()
     if stray:
         outcome.fail(Reason("integrity.stray_process", f"killed {len(stray)} process(es) left running during {phase}: {stray}"))
+
+
+def _phase_rounds(protocol: Protocol, sample_s: float) -> int:
+    """Measured rounds for a phase whose baseline sample lasts `sample_s`: a round costs three
+    samples and about as much again in preparing, checking and settling."""
+    affordable = int(PHASE_BUDGET_S / max(6 * sample_s, 1e-6))
+    return max(protocol.rounds, min(protocol.model_rounds_factor * protocol.rounds, affordable))
 
 
 # The bootstrap bound of a median over one or two rounds is their minimum: one busy stretch of a

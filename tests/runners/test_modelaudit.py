@@ -8,7 +8,8 @@ import pytest
 
 from optimizer.model import Strategy, optimize_model
 from runners import verify
-from runners.modelaudit import FORWARD_TOLERANCE, audit_model_forward
+from runners import measure
+from runners.modelaudit import FORWARD_TOLERANCE, PHASE_BUDGET_S, _phase_rounds, audit_model_forward
 from runners.samples import write_sample_model
 
 BATCH, SEQ, ROUNDS = 2, 16, 4
@@ -341,3 +342,11 @@ def test_an_artifact_document_is_checked_before_any_worker_starts():
     exec(compile(source.replace("from optimizer.model import apply as _apply",
                                 "_apply = lambda model, artifact: ('applied', artifact['strategy'])"), "t", "exec"), namespace)
     assert namespace["transform"]("m") == ("applied", "baseline")
+
+
+def test_a_phase_measures_more_rounds_where_they_fit_in_its_budget():
+    cpu = measure.protocol_for("cpu")
+    assert _phase_rounds(cpu, 0.012) == 3 * cpu.rounds  # a small model: three times the rounds
+    assert _phase_rounds(cpu, PHASE_BUDGET_S / 6 / 45) == 45  # as many as fit
+    assert _phase_rounds(cpu, 2.0) == cpu.rounds  # a large one: never fewer than the protocol's
+    assert _phase_rounds(measure.protocol_for("cpu-ci"), 0.006) == measure.protocol_for("cpu-ci").rounds
