@@ -169,8 +169,29 @@ def billed_model_block(amdahl: dict[str, Any], end_to_end: dict[str, Any]) -> di
     billed = min(phases, key=lambda p: p["ci95"][0])
     block.update(speedup=billed["speedup"], ci95=list(billed["ci95"]), billed_phase=billed["phase"],
                  stable=all((p.get("aa") or {}).get("stable") is True for p in phases), verdict="accepted",
-                 method=END_TO_END_METHOD, reasons=[])
+                 method=END_TO_END_METHOD, reasons=[], not_billable=_not_billable(billed, phases, end_to_end))
     return block
+
+
+def _not_billable(billed: dict[str, Any], phases: list[dict[str, Any]], end_to_end: dict[str, Any]) -> list[dict[str, str]]:
+    """Why an accepted end-to-end figure does not bill, check by check (empty when it bills on
+    what the audit measured; the platform adds what it knows, such as the host's sandbox)."""
+    tolerance = (end_to_end.get("protocol") or {}).get("aa_tolerance")
+    notes = []
+    for phase in phases:
+        aa = phase.get("aa") or {}
+        if aa.get("stable") is not True:
+            ci = aa.get("ci95") or [None, None]
+            where = f"{ci[0]:.3f}-{ci[1]:.3f}" if None not in ci else "not measured"
+            bound = f" outside 1 +- {tolerance:g}" if isinstance(tolerance, (int, float)) else ""
+            notes.append({"code": "model.aa_unstable",
+                          "message": f"{phase['phase']}: two identical baseline workers differ (A/A 95% CI {where}{bound}), "
+                                     "so no difference of that size can be told from noise"})
+    low = billed["ci95"][0]
+    if low <= 1.0:
+        notes.append({"code": "model.no_proven_speedup",
+                      "message": f"{billed['phase']}: the 95% CI lower bound {low:.3f} is not above 1, so no speedup is proven"})
+    return notes
 
 
 def replay_plan(inventory: dict[str, Any], *, profile: str,

@@ -150,6 +150,19 @@ def test_an_unstable_end_to_end_control_makes_the_billed_figure_unstable():
     assert block["billed_phase"] == "prefill" and block["stable"] is False
 
 
+def test_an_accepted_figure_that_does_not_bill_says_which_check_stops_it():
+    from runners.modelplan import billed_model_block
+
+    bills = billed_model_block(_amdahl(), {"phases": [_phase("prefill", 1.3, [1.2, 1.4])]})
+    assert bills["not_billable"] == []
+    decode = {**_phase("decode", 1.02, [0.97, 1.08], stable=False), "aa": {"stable": False, "ci95": [0.99, 1.081]}}
+    block = billed_model_block(_amdahl(), {"protocol": {"aa_tolerance": 0.05},
+                                           "phases": [_phase("prefill", 1.3, [1.2, 1.4]), decode]})
+    assert [n["code"] for n in block["not_billable"]] == ["model.aa_unstable", "model.no_proven_speedup"]
+    assert "decode" in block["not_billable"][0]["message"] and "0.990-1.081 outside 1 +- 0.05" in block["not_billable"][0]["message"]
+    assert "lower bound 0.970 is not above 1" in block["not_billable"][1]["message"]
+
+
 def test_no_model_figure_bills_when_the_end_to_end_audit_did_not_run_or_refused_the_artifact():
     from runners.modelplan import billed_model_block
 

@@ -134,3 +134,35 @@ def test_the_run_page_says_what_the_optimizer_rewrote_kept_and_why(client, make_
     assert "What the optimizer did" in page and "patched into the modules" in page
     assert "LlamaRMSNorm" in page and "rewritten" in page and "rmsnorm_triton" in page
     assert "model-level attention patching is not implemented" in page and "kept (not supported)" in page
+
+
+def test_the_run_page_says_whether_the_model_figure_bills_and_which_check_stops_it(client, make_org):
+    from catalog.models import Model, ModelVersion
+    from django.contrib.auth import get_user_model
+
+    from runners.modelplan import billed_model_block
+    from runs.models import Run
+
+    org = make_org("acme", owner="owner@acme.test")
+    model = Model.objects.create(organization=org, name="tiny")
+    version = ModelVersion.objects.create(model=model, number=1, kind="weights", family="llama",
+                                          architecture="LlamaForCausalLM", parameter_count=1000, dtype="float32",
+                                          config={}, storage_dir="models/x", total_bytes=1)
+    amdahl = {"speedup": 1.1, "ci95": [1.0, 1.2], "method": "weighted"}
+
+    def phase(name, ci, aa):
+        return {"phase": name, "verdict": "accepted", "speedup": sum(ci) / 2, "ci95": ci, "reasons": [],
+                "aa": {"speedup": sum(aa) / 2, "ci95": aa, "stable": 0.95 <= aa[0] and aa[1] <= 1.05}}
+
+    client.force_login(get_user_model().objects.get(email="owner@acme.test"))
+    pages = {}
+    for label, decode_aa in (("bills", [0.98, 1.03]), ("unstable", [0.99, 1.08])):
+        block = billed_model_block(amdahl, {"protocol": {"aa_tolerance": 0.05},
+                                            "phases": [phase("prefill", [1.2, 1.4], [0.98, 1.02]), phase("decode", [1.3, 1.6], decode_aa)]})
+        run = Run.objects.create(organization=org, model_version=version, hardware="cpu", profile="cpu-ci", status="succeeded",
+                                 result={"model": block}, model_speedup=block["speedup"], model_ci_low=block["ci95"][0],
+                                 model_ci_high=block["ci95"][1], stable=block["stable"])
+        pages[label] = client.get(f"/runs/{run.pk}").content.decode()
+    assert "it bills on its CI lower bound" in pages["bills"] and "does not bill" not in pages["bills"]
+    assert "it does not bill" in pages["unstable"] and "model.aa_unstable" in pages["unstable"]
+    assert "decode: two identical baseline workers differ" in pages["unstable"]

@@ -46,6 +46,10 @@ def test_it_runs_a_model_through_every_stage(start_worker, version):
     assert model["basis"] == "end_to_end" and model["amdahl"]["ci95"][0] <= model["amdahl"]["speedup"]
     if model["verdict"] == "accepted":
         assert run.model_ci_low <= run.model_speedup <= run.model_ci_high and model["billed_phase"] in ("prefill", "decode")
+        # Whether it bills is said check by check.
+        codes = [n["code"] for n in model["not_billable"]]
+        assert ("model.aa_unstable" in codes) == (not model["stable"])
+        assert ("model.no_proven_speedup" in codes) == (model["ci95"][0] <= 1.0)
     else:
         assert run.model_speedup is None and model["reasons"]
     assert run.artifact["schema"] == "dyno.optimization-artifact/1" and len(run.artifact_sha256) == 64
