@@ -166,7 +166,8 @@ def metering_schemas() -> dict[str, Any]:
                          "default": "half_even"},
             "dispute_window_days": {"type": "integer", "default": 30},
             "measurement_plan": {"type": "object", "required": ["suite_version", "baseline"], "properties": {
-                "suite_version": {"type": "string"}, "suite_manifest_sha256": {"type": "string"},
+                "suite_version": {"type": "string"},
+                "suite_manifest_sha256": {"type": ["string", "null"], "description": "null: any manifest of the suite version"},
                 "baseline": {"type": "string"}}}}},
         "Contract": {"allOf": [_ref("ContractRequest"), {"type": "object", "properties": {
             "id": uuid, "version": {"type": "integer"},

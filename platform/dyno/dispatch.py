@@ -27,7 +27,7 @@ def send(name: str, *args: str, queue: str, **options) -> None:
 def _publish_quietly(name: str, argument: str, what: str) -> None:
     try:
         send(name, argument, queue="control")
-    except kombu.exceptions.OperationalError as exc:
+    except (kombu.exceptions.KombuError, OSError) as exc:  # whatever the transport raises: the row is committed
         log.error("%s %s not queued (broker unreachable: %s); the reports sweep will do it", what, argument, exc)
 
 

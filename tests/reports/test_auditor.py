@@ -149,6 +149,22 @@ def test_the_api_takes_disputes_and_reaudit_requests(client, people, make_report
     assert client.post(f"{url}/reaudit", {}, content_type="application/json", **auditor).status_code == 400
 
 
+def test_a_dispute_stands_when_the_broker_refuses_its_re_audit_whatever_the_transport_raises(
+        client, people, make_report, make_key, monkeypatch, django_capture_on_commit_callbacks, caplog):
+    # Found by the API fuzzer: the filesystem transport raised FileNotFoundError, not kombu's
+    # OperationalError, so a committed dispute was answered with a 500. The reports sweep queues it.
+    def refuse(*args, **kwargs):
+        raise FileNotFoundError("no broker folder")
+
+    monkeypatch.setattr("dyno.dispatch.send", refuse)
+    report = make_report(people["acme"])
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = client.post(f"/api/v1/reports/{report.pk}/disputes", {"reason": "too good"}, content_type="application/json",
+                             HTTP_AUTHORIZATION=f"Bearer {make_key(people['acme'], 'customer')}")
+    assert answer.status_code == 201 and Dispute.objects.filter(pk=answer.json()["id"]).exists()
+    assert "not queued" in caplog.text and "the reports sweep will do it" in caplog.text
+
+
 def test_the_pdf_carries_the_model_name_and_the_signed_files(client, people, make_report):
     report = make_report(people["acme"])
     signed_in(client, "auditor@audit.test")
