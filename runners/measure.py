@@ -87,6 +87,9 @@ class Protocol:
     # time budget (runners.modelaudit.PHASE_BUDGET_S): forward passes of small models are cheap,
     # and the A/A interval narrows with the square root of the rounds.
     model_rounds_factor: int = 1
+    # Measured beside a whole-model audit's arms (runners.modelaudit.REFERENCE_POINTS): what a
+    # customer gets for free. Off on cpu-ci, where compiling the tiny test models costs ~45 s a run.
+    model_reference_points: tuple[str, ...] = ()
 
     def worker_threads(self) -> int:
         return self.threads or max(1, len(os.sched_getaffinity(0)) - 1)
@@ -94,6 +97,7 @@ class Protocol:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["check_distributions"] = list(self.check_distributions)
+        data["model_reference_points"] = list(self.model_reference_points)
         return data
 
 
@@ -132,7 +136,7 @@ _PROTOCOLS: dict[str, Protocol] = {
     "cpu-ci": _CPU_CI,
     "cpu": replace(
         _CPU_CI, name="cpu", rounds=30, target_sample_s=0.012, verify_per_round=1, aa_tolerance=0.05, threads=None,
-        model_rounds_factor=3,
+        model_rounds_factor=3, model_reference_points=("torch-compile",),
     ),
     "gpu": replace(
         _CPU_CI,
@@ -149,6 +153,7 @@ _PROTOCOLS: dict[str, Protocol] = {
         l2_flush_bytes=256 << 20,
         discount_preemption=False,
         model_rounds_factor=3,
+        model_reference_points=("torch-compile",),
     ),
 }
 

@@ -62,6 +62,14 @@ PHASE_BUDGET_S = 45.0
 # chosen after the window closed, so a full-vocabulary model at long sequences stays cheap to check.
 FETCH_BYTES = 8 << 20
 
+# Reference points: the same model as something free to have would run it, measured in the same
+# rounds (trusted code in a worker of its own, never billed): what the artifact adds over it.
+REFERENCE_POINTS: dict[str, str] = {
+    # The forward compiled in place: the module keeps its class (generation, cache and config
+    # attributes), as a customer's torch.compile of the forward would.
+    "torch-compile": "import torch\n\ndef transform(model):\n    model.forward = torch.compile(model.forward, dynamic=False)\n    return model\n",
+}
+
 METHOD = (
     "whole forward pass in sandboxed workers: eager transformers model (baseline) vs the same model with "
     "the optimization artifact applied, interleaved rounds in random order with an A/A control, fresh token "
@@ -97,6 +105,7 @@ class _PhaseOutcome:
     checked: int = 0
     tolerance: tuple[float, float] | None = None
     slots: dict[str, list[float]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     def fail(self, reason: Reason, *, verdict: str = "rejected") -> None:
         if all(r.code != reason.code for r in self.reasons):  # one entry per code: the first says it
@@ -139,6 +148,7 @@ def audit_model_forward(
     sandbox_config: SandboxConfig | None = None,
     phases: tuple[str, ...] = PHASES,
     transform_source: str | None = None,
+    reference_points: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
     """Measure the model's forward pass, eager against `artifact` applied, phase by phase.
 
@@ -150,13 +160,19 @@ def audit_model_forward(
     `rejected` with reason codes, `error`, or `skipped` with a note) and, when accepted, the speedup
     with its CI. `transform_source` is for the harness's own tests only: Python source defining
     `transform(model)`, run in the optimized worker after the artifact, to build a wrong model.
-    `phases` narrows what is measured (a phase left out is listed as skipped).
+    `phases` narrows what is measured (a phase left out is listed as skipped). `reference_points`
+    (default: the protocol's `model_reference_points`) names REFERENCE_POINTS measured beside them.
 
     Raises ModelAuditError when a trusted worker fails, ValueError for arguments that cannot work.
     """
     unknown = sorted(set(phases) - set(PHASES))
     if unknown:
         raise ValueError(f"unknown phase(s) {unknown}; use {', '.join(PHASES)}")
+    references = tuple(reference_points if reference_points is not None
+                       else (protocol or measure.protocol_for(profile)).model_reference_points)
+    if set(references) - set(REFERENCE_POINTS):
+        raise ValueError(f"unknown reference point(s) {sorted(set(references) - set(REFERENCE_POINTS))}; "
+                         f"use {', '.join(REFERENCE_POINTS)}")
     if batch < 1 or seq < 1:
         raise ValueError(f"batch and seq must be at least 1 (got batch={batch}, seq={seq})")
     protocol = protocol or measure.protocol_for(profile)
@@ -199,6 +215,14 @@ def audit_model_forward(
         except SandboxError as exc:
             optimized_failure = exc
         _load_trusted(slots["aa"].worker, model_dir, load_timeout)
+        for name in references:
+            try:
+                worker = sandbox.spawn("reference")
+                slots[f"ref:{name}"] = _Slot(f"ref:{name}", worker)
+                worker.call("load", timeout=load_timeout, model_dir=str(model_dir), apply=None, transform=REFERENCE_POINTS[name])
+            except SandboxError as exc:  # a reference point that cannot run is left out, said why
+                slots.pop(f"ref:{name}", None)
+                notes.append(f"reference point {name} left out: {exc.message}"[:500])
         skip: dict[str, str] = {p: "not requested" for p in PHASES if p not in phases}
         if "decode" not in skip and not info.get("decode"):
             skip["decode"] = str(info.get("decode_note"))
@@ -243,6 +267,7 @@ def audit_model_forward(
                      "aa_tolerance": protocol.aa_tolerance, "threads": protocol.worker_threads(),
                      "discount_preemption": protocol.discount_preemption and device == "cpu" and protocol.worker_threads() == 1,
                      "target_sample_s": protocol.target_sample_s},
+        "reference_points": list(references),
         "sandbox": {"user": sandbox_info.get("user"), "landlock_abi": sandbox_info.get("landlock_abi"),
                     "protections": sandbox_info.get("protections"), "complete": sandbox_info.get("complete")},
         "phases": entries,
@@ -346,24 +371,43 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
             request = _round_request(phase, secrets.randbits(63), calls=calls, vocab=vocab,
                                      batch=batch, seq=seq, commit_seed=commit_seed)
             ledger.next_round()
-            for slot in ordered:
+            records: dict[str, ModelSample] = {}
+
+            def step(slot: _Slot, action: Callable[[], Any]) -> None:
+                """Run `action` for `slot`; a reference point that fails is left out of the phase."""
+                try:
+                    action()
+                except SandboxError as exc:
+                    if not slot.label.startswith("ref:"):
+                        raise
+                    ordered.remove(slot)
+                    workers.remove(slot.worker)
+                    samples.pop(slot.label, None)
+                    records.pop(slot.label, None)
+                    outcome.notes.append(f"reference point {slot.label[4:]} left out of {phase}: {exc.message}"[:500])
+
+            def prepare(slot: _Slot) -> None:
                 ledger.enter(slot.worker, "prepare")
                 slot.worker.call("prepare", timeout=limit, **request)
                 ledger.enter(slot.worker, "idle")
-            offsets = _reveal(phase, reveal_rng, calls=calls, vocab=vocab, batch=batch)
-            records: dict[str, ModelSample] = {}
-            for position in order_rng.permutation(len(ordered)):
-                slot = ordered[int(position)]
+
+            def sample(slot: _Slot) -> None:
                 measure.settle(workers, max_wait_s=protocol.settle_max_s)
                 ledger.enter(slot.worker, "window")
                 records[slot.label] = stepped_sample(slot.worker, offsets, timeout=limit,
                                                      discount=_discounts(protocol, slot.worker, device))
                 ledger.enter(slot.worker, "idle")
+
+            for slot in list(ordered):
+                step(slot, lambda slot=slot: prepare(slot))
+            offsets = _reveal(phase, reveal_rng, calls=calls, vocab=vocab, batch=batch)
+            for slot in [ordered[int(position)] for position in order_rng.permutation(len(ordered))]:
+                step(slot, lambda slot=slot: sample(slot))
             _check_round(outcome, slots, records, protocol, round_index=round_index, rng=check_rng, calls=calls,
                          length=seq if phase == "prefill" else 1, batch=batch, commit_seed=commit_seed, device=device,
                          timeout=limit, compare_aa=round_index == 0)
-            for slot in ordered:
-                slot.worker.call("release", timeout=limit)
+            for slot in list(ordered):
+                step(slot, lambda slot=slot: slot.worker.call("release", timeout=limit))
             if outcome.verdict != "accepted":
                 break  # a wrong or misbehaving model is not timed any further
             if measured:
@@ -530,6 +574,18 @@ def _entry(outcome: _PhaseOutcome, protocol: Protocol, *, batch: int, seq: int, 
         outcome.fail(Reason("harness.error", "no measured rounds"), verdict="error")
     stable = aa.within(protocol.aa_tolerance) if aa else None
     atol, rtol = outcome.tolerance or (None, None)
+    references = {}
+    for label, samples in outcome.slots.items():
+        if label.startswith("ref:") and accepted and len(samples) == len(base):
+            over_eager = _estimate(base, samples, protocol, suite.derive_seed(seed, outcome.phase, label))
+            artifact_over = _estimate(samples, optimized, protocol, suite.derive_seed(seed, outcome.phase, label, "artifact"))
+            references[label[4:]] = {
+                "median_s": fin(stats.median(samples)),
+                "speedup_over_eager": fin(over_eager.point) if over_eager else None,
+                "ci95": [over_eager.low, over_eager.high] if over_eager else None,
+                "artifact_over_reference": fin(artifact_over.point) if artifact_over else None,
+                "artifact_over_reference_ci95": [artifact_over.low, artifact_over.high] if artifact_over else None,
+            }
     return {
         "phase": outcome.phase,
         "verdict": outcome.verdict,
@@ -550,5 +606,9 @@ def _entry(outcome: _PhaseOutcome, protocol: Protocol, *, batch: int, seq: int, 
             "checked_calls": outcome.checked, "max_abs_err": fin(outcome.max_abs_err),
             "worst_ratio": fin(outcome.worst_ratio), "atol": atol, "rtol": rtol,
         },
-        "samples_s": {"baseline": base, "optimized": optimized, "aa": aa_samples},
+        "samples_s": {"baseline": base, "optimized": optimized, "aa": aa_samples,
+                      **{label: v for label, v in outcome.slots.items() if label.startswith("ref:")}},
+        # Free to have, measured in the same rounds; never billed (paired CIs over rounds, not widened).
+        "reference_points": references,
+        "notes": outcome.notes,
     }

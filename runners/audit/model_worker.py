@@ -40,6 +40,12 @@ def _logits(out: Any) -> torch.Tensor:
     raise TypeError(f"cannot find the output tensor of a {type(out).__name__}")
 
 
+def _transformed(model: Any, result: Any) -> Any:
+    """What a transform returned, or the model it changed in place (None). Not `result or model`:
+    the truth of a module wrapper can mean calling its len()."""
+    return model if result is None else result
+
+
 def _cache_of(out: Any) -> Any:
     """The key/value cache a forward with use_cache=True returned (transformers 5: `cache`)."""
     for attr in ("cache", "past_key_values"):
@@ -91,14 +97,14 @@ class ModelRunner:
             try:  # runners.artifact.applier_source: the artifact's own applier, run here, in the sandbox
                 namespace = {"__name__": "dyno_artifact_applier"}
                 exec(compile(header["apply"], "artifact_applier.py", "exec"), namespace)
-                model = namespace["transform"](model) or model
+                model = _transformed(model, namespace["transform"](model))
             except BaseException as exc:
                 raise candidate_fault(exc, during="applying the optimization artifact", code="sandbox.import_error") from None
         if header.get("transform"):
             try:
                 namespace: dict[str, Any] = {"__name__": "dyno_model_transform"}
                 exec(compile(header["transform"], "model_transform.py", "exec"), namespace)
-                model = namespace["transform"](model) or model
+                model = _transformed(model, namespace["transform"](model))
             except BaseException as exc:
                 raise candidate_fault(exc, during="the model transform", code="sandbox.import_error") from None
         params = inspect.signature(model.forward).parameters

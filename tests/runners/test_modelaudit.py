@@ -350,3 +350,27 @@ def test_a_phase_measures_more_rounds_where_they_fit_in_its_budget():
     assert _phase_rounds(cpu, PHASE_BUDGET_S / 6 / 45) == 45  # as many as fit
     assert _phase_rounds(cpu, 2.0) == cpu.rounds  # a large one: never fewer than the protocol's
     assert _phase_rounds(measure.protocol_for("cpu-ci"), 0.006) == measure.protocol_for("cpu-ci").rounds
+
+
+@pytest.mark.slow  # the reference worker compiles the model with Inductor
+def test_reference_points_are_measured_in_the_same_rounds_and_one_that_fails_is_left_out(sample_models, monkeypatch):
+    import runners.modelaudit as modelaudit
+
+    monkeypatch.setitem(modelaudit.REFERENCE_POINTS, "broken", "def transform(model):\n    raise RuntimeError('no compiler')\n")
+    report = _audit(sample_models["llama"], None, phases=("prefill",), rounds=4, reference_points=("torch-compile", "broken"))
+    prefill = _phase(report, "prefill")
+    assert prefill["verdict"] == "accepted", prefill["reasons"]
+    assert report["reference_points"] == ["torch-compile", "broken"]
+    assert any("reference point broken left out" in note and "no compiler" in note for note in report["notes"])
+    assert "torch-compile" in prefill["reference_points"], (prefill["notes"], report["notes"])
+    compiled = prefill["reference_points"]["torch-compile"]
+    assert set(prefill["reference_points"]) == {"torch-compile"} and len(prefill["samples_s"]["ref:torch-compile"]) == 4
+    low, high = compiled["ci95"]
+    assert low <= compiled["speedup_over_eager"] <= high and compiled["median_s"] > 0
+    # The artifact (none here: eager) against the free compiler, from the same rounds.
+    # Paired ratios of the same rounds: over eager through the reference is about over eager directly.
+    chained = compiled["speedup_over_eager"] * compiled["artifact_over_reference"]
+    assert chained == pytest.approx(prefill["speedup"], rel=0.25)
+    assert compiled["artifact_over_reference_ci95"][0] <= compiled["artifact_over_reference"] <= compiled["artifact_over_reference_ci95"][1]
+    with pytest.raises(ValueError, match="unknown reference point"):
+        _audit(sample_models["llama"], None, reference_points=("tensorrt",))

@@ -152,7 +152,9 @@ def test_the_run_page_says_whether_the_model_figure_bills_and_which_check_stops_
 
     def phase(name, ci, aa):
         return {"phase": name, "verdict": "accepted", "speedup": sum(ci) / 2, "ci95": ci, "reasons": [],
-                "aa": {"speedup": sum(aa) / 2, "ci95": aa, "stable": 0.95 <= aa[0] and aa[1] <= 1.05}}
+                "aa": {"speedup": sum(aa) / 2, "ci95": aa, "stable": 0.95 <= aa[0] and aa[1] <= 1.05},
+                "reference_points": {"torch-compile": {"speedup_over_eager": 1.41, "ci95": [1.3, 1.5],
+                                                       "artifact_over_reference": 0.93, "artifact_over_reference_ci95": [0.9, 0.97]}}}
 
     client.force_login(get_user_model().objects.get(email="owner@acme.test"))
     pages = {}
@@ -166,3 +168,6 @@ def test_the_run_page_says_whether_the_model_figure_bills_and_which_check_stops_
     assert "it bills on its CI lower bound" in pages["bills"] and "does not bill" not in pages["bills"]
     assert "it does not bill" in pages["unstable"] and "model.aa_unstable" in pages["unstable"]
     assert "decode: two identical baseline workers differ" in pages["unstable"]
+    # What the free compiler gets on the same rounds, beside the artifact.
+    assert 'id="reference-prefill-torch-compile"' in pages["bills"] and "1.410x over eager" in pages["bills"]
+    assert "the artifact 0.930x over it (0.900–0.970)" in pages["bills"]
