@@ -1,6 +1,7 @@
 """Command line: `python -m pipeline suite` tunes every workload of a profile with Dyno's optimizer
 (tuning cache first), then has the harness audit what it chose, exactly as `python -m runners suite
---candidates DIR` audits a directory of someone else's kernels.
+--candidates DIR` audits a directory of someone else's kernels. `python -m pipeline tune` runs the
+search alone (every candidate graded by the harness's evaluator) and prints what it would choose.
 
 Exit codes: 0 nothing rejected or errored, 1 something rejected or errored (JSON still written),
 2 the command could not run (message on stderr).
@@ -51,7 +52,45 @@ def _parser() -> argparse.ArgumentParser:
     tuned.add_argument("--tune-budget", type=_positive_seconds, default=None, metavar="SECONDS",
                        help=f"search time per workload on a cache miss (default: $DYNO_TUNE_BUDGET_SECONDS or {DEFAULT_TUNE_BUDGET_S:g})")
     tuned.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    tune = commands.add_parser("tune", help="search kernels for suite workloads, each candidate graded by the harness's sandboxed evaluator")
+    tune.add_argument("--workload", required=True, help="a suite workload name, or 'all'")
+    tune.add_argument("--profile", required=True, help="cpu-ci, cpu or gpu")
+    tune.add_argument("--cache", type=Path, help="tuning cache file (JSON lines); warm entries skip the search")
+    tune.add_argument("--json", type=Path, help="write the tuning results (every trial) here")
+    tune.add_argument("--budget", type=_positive_seconds, default=60.0, help="search seconds per workload (default 60)")
+    tune.add_argument("--device", help="device to tune for (default: the profile's)")
+    tune.add_argument("--hardware", help="hardware fingerprint for the cache key (default: a local one)")
     return parser
+
+
+def _tune(args: argparse.Namespace) -> int:
+    """The optimizer's search, graded by the harness's evaluator (a quick sandboxed audit per
+    candidate): estimates to choose with, not audited figures (`suite` audits what it chose)."""
+    from optimizer.cache import JsonlTuningCache
+    from optimizer.search import tune_workload
+    from pipeline import evaluator
+    from runners import suite
+
+    if args.profile not in suite.profile_names():
+        return _fail(f"unknown profile {args.profile!r}; use one of {', '.join(suite.profile_names())}")
+    specs = [s for s in suite.profile_specs(args.profile) if args.workload in ("all", s.name)]
+    if not specs:
+        names = sorted({s.name for s in suite.profile_specs(args.profile)})
+        return _fail(f"profile {args.profile!r} has no workload {args.workload!r}; choose one of {names} or 'all'")
+    device = args.device or suite.profile_device(args.profile)
+    cache = JsonlTuningCache(args.cache) if args.cache else None
+    results = []
+    for spec in specs:
+        result = tune_workload(spec.name, spec.family, dict(spec.shape), spec.dtype, evaluator.SandboxEvaluator(spec, device=device),
+                               device=device, cache=cache, time_budget_s=args.budget, hardware=args.hardware)
+        speed = f"x{result.speedup_estimate:.2f}" if result.speedup_estimate else "n/a"
+        print(f"{spec.name} {dict(spec.shape)} {spec.dtype}: {result.chosen.name} ({speed} estimated, "
+              f"{result.strategy}, {len(result.trials)} trials, {result.seconds_spent:.1f}s"
+              f"{', cache hit' if result.cache_hit else ''})")
+        results.append(result.to_dict())
+    if args.json:
+        write_json(args.json, {"schema": "dyno.tuning-run/1", "profile": args.profile, "device": device, "results": results})
+    return EXIT_ACCEPTED
 
 
 def _tuning_table(optimization: dict[str, Any]) -> str:
@@ -70,6 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    if args.command == "tune":
+        return _tune(args)
     from pipeline.optimized import run_optimized_suite
     from runners.evaluate import HarnessError
     from runners.result import render_table
