@@ -9,7 +9,9 @@ after it), kernels (the optimizer's Triton kernel tests, compiled for real), har
 the `gpu` profile's workloads with their CI half-widths), optimizer (tuned and audited: speedup over
 eager and over torch.compile, bandwidth as a share of the measured copy bandwidth for memory-bound
 workloads, TFLOP/s for GEMM, attention and MoE), cheats (the GPU cheats must still get their
-verdicts) and sandbox (which protections the host gives).
+verdicts), model (the whole-model audit, the billing basis of model runs, on a tiny Llama: prefill
+and decode stepped call by call on the device, with an A/A control) and sandbox (which protections
+the host gives).
 
 Results are written after every phase to one JSON file (a run cut short still returns what it
 measured) and a short table last. Needs torch, triton, numpy and transformers; jsonschema and
@@ -38,8 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 MEMORY_BOUND = {"normalization", "softmax", "elementwise", "rope"}
 COMPUTE = {"gemm", "attention", "moe"}
 # Seconds per phase on one H200; the whole run stays well inside 8 minutes.
-GPU_BUDGETS = {"machine": 30, "kernels": 120, "harness": 90, "optimizer": 150, "cheats": 45, "sandbox": 5}
-DRY_BUDGETS = {"machine": 20, "kernels": 240, "harness": 60, "optimizer": 90, "cheats": 60, "sandbox": 5}
+GPU_BUDGETS = {"machine": 30, "kernels": 110, "harness": 90, "optimizer": 130, "cheats": 45, "model": 50, "sandbox": 5}
+DRY_BUDGETS = {"machine": 20, "kernels": 240, "harness": 60, "optimizer": 90, "cheats": 60, "model": 60, "sandbox": 5}
 # Phase order inside a budget: a memory-bound kernel, a GEMM, attention first, the rest if time allows.
 WORKLOAD_ORDER = ["rmsnorm", "gemm", "attention_prefill", "swiglu", "softmax", "attention_decode", "rope",
                   "layernorm", "moe", "ssm_scan"]
@@ -335,6 +337,30 @@ def phase_cheats(record: dict[str, Any], deadline: float, *, profile: str, devic
 # --- sandbox ---------------------------------------------------------------------------------------
 
 
+def phase_model(record: dict[str, Any], deadline: float, *, profile: str, device: str) -> None:
+    """The whole-model audit on the device: eager against eager (no artifact), so the figure must be
+    ~1x, with its A/A control; what it proves is the stepped, parent-clocked sample, the device-wide
+    sync before each commitment and the logit checks on this machine."""
+    from runners.modelaudit import audit_model_forward
+    from runners.samples import write_sample_model
+
+    if _left(deadline) < 15:
+        raise _Skip("no time left in the phase's budget")
+    batch, seq, rounds = (2, 16, 4) if device == "cpu" else (2, 64, 15)
+    with tempfile.TemporaryDirectory(prefix="dyno-gpu-model-") as scratch:
+        model = write_sample_model(Path(scratch) / "llama", "llama")
+        report = audit_model_forward(model, None, batch=batch, seq=seq, device=device, profile=profile, seed=29,
+                                     rounds=rounds, reference_points=())
+    record.update(shape={"batch": batch, "seq": seq}, seconds_audit=round(report["seconds"], 1), phases=[{
+        "phase": p["phase"], "verdict": p["verdict"], "speedup": p["speedup"], "ci95": p["ci95"],
+        "aa": p["aa"], "rounds": p["rounds"], "calls_per_sample": p.get("calls_per_sample"),
+        "baseline_median_s": p["baseline_median_s"], "reasons": [r["code"] for r in p["reasons"]],
+        "note": p.get("note")} for p in report["phases"]])
+    audited = [p for p in record["phases"] if p["verdict"] != "skipped"]
+    if not audited or any(p["verdict"] != "accepted" for p in audited):
+        record["status"] = "failed"  # the same model on both sides must be accepted
+
+
 def phase_sandbox(record: dict[str, Any], deadline: float, *, device: str, state: dict) -> None:
     sandbox = state.get("sandbox")
     if sandbox is None:
@@ -372,6 +398,10 @@ def table(doc: dict[str, Any]) -> str:
             extra = f" {len(record['workloads'])} workloads" + (f", geomean {mean:.2f}x over eager" if mean else "")
         if name == "cheats" and record.get("cheats"):
             extra = f" {sum(r['as_expected'] for r in record['cheats'])}/{len(record['cheats'])} as expected"
+        if name == "model" and record.get("phases"):
+            extra = " " + "; ".join(f"{p['phase']} {p['verdict']}" + (f" {p['speedup']:.3f}x, A/A {p['aa']['speedup']:.3f}"
+                                                                      if p.get("speedup") and (p.get("aa") or {}).get("speedup") else "")
+                                    for p in record["phases"])
         if name == "sandbox" and "missing" in record:
             extra = (f" complete: {record.get('complete')}, missing for billing: {', '.join(record['missing']) or 'none'}"
                      f", off: {', '.join(record.get('off') or []) or 'none'}")
@@ -415,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
                                                    copy_gb_per_s=check.doc["phases"].get("machine", {}).get("copy_gb_per_s"),
                                                    state=state)),
         ("cheats", lambda r, d: phase_cheats(r, d, profile=profile, device=device, state=state)),
+        ("model", lambda r, d: phase_model(r, d, profile=profile, device=device)),
         ("sandbox", lambda r, d: phase_sandbox(r, d, device=device, state=state)),
     ]
     for phase, body in plan:

@@ -341,8 +341,13 @@ class KernelAudit:
                 self.outcome.generations.append(generation)
             if self.outcome.proven_wrong:
                 break  # proven wrong: more rounds would only repeat it
+            if round_index == len(schedule) - 1 and self.deadline is None:
+                more = extra_rounds(protocol, slots, measured=len(measured), seed=self.seed)
+                schedule.extend([(generation, False)] * more)
+                total = len(schedule)
         for slot in slots:
             slot.worker.call("release", timeout=self.timeout)
+        self.outcome.timing["rounds_planned"] = protocol.rounds
         return measured
 
     def renew(self, slots: list[_Slot], everyone: list[Worker]) -> list[Worker]:
@@ -536,6 +541,25 @@ class KernelAudit:
         outcome.timing["worker_generations"] = len(set(outcome.generations)) or 1
         assert self.inputs is not None
         outcome.timing["inputs"] = self.inputs.layout.to_dict()
+
+
+def extra_rounds(protocol: Protocol, slots: Sequence[_Slot], *, measured: int, seed: int) -> int:
+    """Rounds to add once the planned ones are measured: `extend_rounds` while the A/A control's CI
+    (the two trusted workers' samples, nothing of the candidate's) is wider than
+    +- `aa_target_half_width`, up to `max_rounds_factor` x `rounds` measured in all. One process
+    per arm only (with generations the interval is a between-process one that rounds do not narrow)."""
+    cap = protocol.rounds * max(1, protocol.max_rounds_factor)
+    if protocol.aa_target_half_width <= 0 or protocol.worker_generations > 1 or measured >= cap:
+        return 0
+    base = next((s for s in slots if s.label == "baseline"), None)
+    aa = next((s for s in slots if s.label == "baseline_aa"), None)
+    if base is None or aa is None or len(base.samples) < 2 or len(base.samples) != len(aa.samples):
+        return 0
+    estimate = stats.paired_ratio_ci(base.per_call, aa.per_call, resamples=500, confidence=protocol.confidence,
+                                     seed=suite.derive_seed(seed, "extend", measured) & 0xFFFFFFFF)
+    if (estimate.high - estimate.low) / 2 <= protocol.aa_target_half_width:
+        return 0
+    return min(protocol.extend_rounds, cap - measured)
 
 
 def round_schedule(protocol: Protocol, *, budget_cut: bool = False) -> list[tuple[int, bool]]:

@@ -23,7 +23,7 @@ def test_the_dry_run_passes_every_phase_and_writes_its_figures(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads((tmp_path / "gpu-check-dry-run.json").read_text())
     phases = doc["phases"]
-    assert doc["dry_run"] is True and list(phases) == ["machine", "kernels", "harness", "optimizer", "cheats", "sandbox"]
+    assert doc["dry_run"] is True and list(phases) == ["machine", "kernels", "harness", "optimizer", "cheats", "model", "sandbox"]
     assert all(record["status"] == "ok" for record in phases.values()), {k: v["status"] for k, v in phases.items()}
     assert phases["machine"]["copy_gb_per_s"] > 0 and phases["machine"]["matmul_tflop_per_s"] > 0
     assert phases["kernels"]["tests"]["tests"] >= 2 and phases["kernels"]["tests"]["failures"] == 0
@@ -34,5 +34,8 @@ def test_the_dry_run_passes_every_phase_and_writes_its_figures(tmp_path):
     assert 0 < tuned["share_of_copy_bandwidth"]
     assert [row["as_expected"] for row in phases["cheats"]["cheats"]] == [True]
     assert "protections" in phases["sandbox"]["sandbox"]
+    # The whole-model audit, eager against eager: both phases accepted at about 1x, with an A/A control.
+    assert [(p["phase"], p["verdict"]) for p in phases["model"]["phases"]] == [("prefill", "accepted"), ("decode", "accepted")]
+    assert all(0.3 < p["speedup"] < 3 and p["aa"]["ci95"] and p["rounds"] == 4 for p in phases["model"]["phases"])
     table = (tmp_path / "gpu-check-dry-run.txt").read_text()
     assert "harness" in table and "rmsnorm" in table

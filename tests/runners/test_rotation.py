@@ -131,3 +131,27 @@ def test_a_candidate_process_that_turns_wrong_in_a_later_generation_is_caught(se
     codes = {reason["code"] for reason in document["workloads"][0]["reasons"]}
     assert document["verdict"] == "rejected" and "correctness.mismatch" in codes, codes
     assert len(loads) == 2  # the first wrong process ended the audit
+
+
+def test_a_noisy_aa_control_earns_more_rounds_up_to_the_cap_and_nothing_else_does():
+    import numpy as np
+    from types import SimpleNamespace
+
+    from runners.audit.kernel import _Slot, extra_rounds
+
+    cpu = measure.protocol_for("cpu")
+    rng = np.random.default_rng(3)
+
+    def slots(rounds: int, noise: float) -> list:
+        base = [SimpleNamespace(per_call_s=1e-3 * (1 + noise * rng.standard_normal())) for _ in range(rounds)]
+        aa = [SimpleNamespace(per_call_s=1e-3 * (1 + noise * rng.standard_normal())) for _ in range(rounds)]
+        # The candidate's samples are wildly noisy on purpose: the rule must not read them.
+        candidate = [SimpleNamespace(per_call_s=1e-3 * (1 + rng.random())) for _ in range(rounds)]
+        return [_Slot("baseline", None, base), _Slot("candidate", None, candidate), _Slot("baseline_aa", None, aa)]
+
+    assert extra_rounds(cpu, slots(30, 0.15), measured=30, seed=1) == cpu.extend_rounds
+    assert extra_rounds(cpu, slots(85, 0.15), measured=85, seed=1) == 5  # never past max_rounds_factor x rounds
+    assert extra_rounds(cpu, slots(90, 0.15), measured=90, seed=1) == 0
+    assert extra_rounds(cpu, slots(30, 0.005), measured=30, seed=1) == 0  # tight enough already
+    assert extra_rounds(measure.protocol_for("cpu-ci"), slots(15, 0.15), measured=15, seed=1) == 0  # off in CI
+    assert extra_rounds(replace(cpu, worker_generations=3), slots(30, 0.15), measured=30, seed=1) == 0
