@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reports.document import as_interval, as_number, flatten, workload_label
+from runs.figures import model_basis
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,9 @@ def compare_bodies(old: dict[str, Any], new: dict[str, Any]) -> Comparison:
             old_verdict=before.get("verdict"), new_verdict=after.get("verdict"),
         ))
     old_model, new_model = old_result.get("model") or {}, new_result.get("model") or {}
-    model = FigureDelta(label="whole model", old_speedup=as_number(old_model.get("speedup")),
+    bases = (model_basis(old_result), model_basis(new_result))
+    label = f"whole model, {bases[1]}" if bases[0] == bases[1] and bases[1] else "whole model"
+    model = FigureDelta(label=label, old_speedup=as_number(old_model.get("speedup")),
                         new_speedup=as_number(new_model.get("speedup")), old_ci=as_interval(old_model.get("ci95")),
                         new_ci=as_interval(new_model.get("ci95")))
     return Comparison(model=model, workloads=tuple(deltas),
@@ -110,6 +113,10 @@ def _warnings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         warnings.append("the model files differ: these reports measure different models")
     if old.get("artifact_sha256") != new.get("artifact_sha256"):
         warnings.append("the optimization artifacts differ: different optimized kernels were measured")
+    bases = [model_basis(body.get("result") or {}) for body in (old, new)]
+    if all(bases) and bases[0].split(" (")[0] != bases[1].split(" (")[0]:
+        warnings.append(f"the whole-model figures are different measurements: the older report's is {bases[0]}, "
+                        f"the newer's {bases[1]}; compare them as such, not as a re-measurement")
     for name, body in (("older", old), ("newer", new)):
         if not (body.get("billing") or {}).get("calibration_stable", False):
             warnings.append(f"the {name} report's A/A calibration was unstable: its figures are not billable")

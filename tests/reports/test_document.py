@@ -156,6 +156,16 @@ def test_it_compares_two_reports_workload_by_workload():
     assert {c.key for c in comparison.environment} >= {"torch", "cpu"}
 
 
+def test_a_comparison_names_the_model_figures_basis_and_warns_when_the_two_differ():
+    amdahl = body_for(synthetic_result())
+    end_to_end = body_for(_end_to_end(synthetic_result(), stable=True))
+    again = compare_bodies(end_to_end, body_for(_end_to_end(synthetic_result(), stable=True)))
+    assert again.model.label == "whole model, end_to_end (prefill)" and not any("different measurements" in w for w in again.warnings)
+    mixed = compare_bodies(amdahl, end_to_end)
+    assert mixed.model.label == "whole model"
+    assert any("different measurements" in w and "amdahl" in w and "end_to_end (prefill)" in w for w in mixed.warnings)
+
+
 def test_it_presents_rows_charts_and_a_static_chart():
     view = report_view(body_for(synthetic_result()))
     assert view.summary.billable and view.summary.billable_speedup == "1.2200"
