@@ -95,6 +95,11 @@ class Protocol:
     aa_target_half_width: float = 0.0
     extend_rounds: int = 10
     max_rounds_factor: int = 1
+    # Whole-model audit: CPU the optimized worker may use while another worker is measured, beyond
+    # what the trusted workers use then (0 on the development VM: after settling, every waiting
+    # worker is blocked). Workers share the measurement cores, so work there steals from, and
+    # pollutes the caches of, the arm being measured.
+    interference_abs_s: float = 0.0005
     # Measured beside a whole-model audit's arms (runners.modelaudit.REFERENCE_POINTS): what a
     # customer gets for free. Off on cpu-ci, where compiling the tiny test models costs ~45 s a run.
     model_reference_points: tuple[str, ...] = ()

@@ -106,6 +106,7 @@ class _PhaseOutcome:
     tolerance: tuple[float, float] | None = None
     slots: dict[str, list[float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    meanwhile: dict[str, list[float]] = field(default_factory=dict)  # CPU while other workers were measured
 
     def fail(self, reason: Reason, *, verdict: str = "rejected") -> None:
         if all(r.code != reason.code for r in self.reasons):  # one entry per code: the first says it
@@ -361,6 +362,7 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
         ledger = measure.CpuLedger()
         ordered = list(slots.values())
         samples: dict[str, list[float]] = {slot.label: [] for slot in ordered}
+        meanwhile: dict[str, list[float]] = {slot.label: [] for slot in ordered}  # CPU during others' windows, per round
         total = protocol.warmup_rounds + (_phase_rounds(protocol, calls * per_call) if extend else protocol.rounds)
         for round_index in range(total):
             measured = round_index >= protocol.warmup_rounds
@@ -372,6 +374,8 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
                                      batch=batch, seq=seq, commit_seed=commit_seed)
             ledger.next_round()
             records: dict[str, ModelSample] = {}
+            for values in meanwhile.values():
+                values.append(0.0)
 
             def step(slot: _Slot, action: Callable[[], Any]) -> None:
                 """Run `action` for `slot`; a reference point that fails is left out of the phase."""
@@ -393,10 +397,15 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
 
             def sample(slot: _Slot) -> None:
                 measure.settle(workers, max_wait_s=protocol.settle_max_s)
+                others = [s for s in ordered if s is not slot]
+                before = [s.worker.cpu_ns() for s in others]
                 ledger.enter(slot.worker, "window")
                 records[slot.label] = stepped_sample(slot.worker, offsets, timeout=limit,
                                                      discount=_discounts(protocol, slot.worker, device))
                 ledger.enter(slot.worker, "idle")
+                # What every other worker used while this one was measured: nothing, if it waits.
+                for other, start in zip(others, before):
+                    meanwhile[other.label][-1] += max(0, other.worker.cpu_ns() - start) / 1e9
 
             for slot in list(ordered):
                 step(slot, lambda slot=slot: prepare(slot))
@@ -416,6 +425,7 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
         for slot in ordered:
             ledger.enter(slot.worker, "idle")
         outcome.slots = samples
+        outcome.meanwhile = {label: values[protocol.warmup_rounds:] for label, values in meanwhile.items()}
         if outcome.verdict == "accepted":
             _judge_background(outcome, slots, ledger, protocol, warmup=protocol.warmup_rounds, seed=seed)
     except SandboxError as exc:
@@ -444,8 +454,9 @@ _MIN_JUDGED_ROUNDS = 3
 def _judge_background(outcome: _PhaseOutcome, slots: dict[str, _Slot], ledger: measure.CpuLedger, protocol: Protocol,
                       *, warmup: int, seed: int) -> None:
     """CPU the optimized worker used outside its windows, round by round against the two trusted
-    workers (the per-kernel audit's rule, runners.audit.kernel.judge_timing): while it should be idle
-    (work between windows), and while it prepared the round. Prefill's `prepare` only derives
+    workers (the per-kernel audit's rule, runners.audit.kernel.judge_timing): while other workers
+    were measured (`interference_abs_s`: after settling, a waiting worker is blocked), while it
+    should be idle (work between windows), and while it prepared the round. Prefill's `prepare` only derives
     tokens: outputs precomputed for every window offset would show. Decode's runs the optimized
     model's own prefill of each call's prompt, which an optimized model runs faster, not slower;
     a table of next-token outputs built there (every token of a small vocabulary, each prompt)
@@ -464,6 +475,17 @@ def _judge_background(outcome: _PhaseOutcome, slots: dict[str, _Slot], ledger: m
     if len(idle_c) < _MIN_JUDGED_ROUNDS:
         return
     options = {"resamples": protocol.bootstrap_resamples, "confidence": protocol.confidence}
+    during = outcome.meanwhile.get("optimized") or []
+    during_t = [sum(v) / len(v) for v in zip(*(outcome.meanwhile.get(label) or [] for label in ("baseline", "aa")))]
+    if during and len(during) == len(during_t):
+        # The mean, not a median's bound: a waiting worker uses no CPU at all, and work aimed at
+        # the others' windows misses the rounds in which the optimized worker is measured last.
+        excess = sum(c - t for c, t in zip(during, during_t)) / len(during)
+        if excess > protocol.interference_abs_s:
+            outcome.fail(Reason("integrity.background_cpu", f"{outcome.phase}: the optimized model's worker used {excess * 1e3:.2f} ms "
+                                                            "more CPU per round than trusted workers while other workers were measured "
+                                                            f"on the same cores ({protocol.interference_abs_s * 1e3:.2f} ms allowed)"))
+            return
     idle = stats.median_ci([c - t for c, t in zip(idle_c, idle_t)], seed=suite.derive_seed(seed, "idle") & 0xFFFFFFFF, **options)
     if idle.low > protocol.background_cpu_abs_s + protocol.background_cpu_rel * stats.median(window_c):
         outcome.fail(Reason("integrity.background_cpu", f"{outcome.phase}: the optimized model's worker used {idle.point * 1e3:.1f} ms "
@@ -612,4 +634,5 @@ def _entry(outcome: _PhaseOutcome, protocol: Protocol, *, batch: int, seq: int, 
         # Free to have, measured in the same rounds; never billed (paired CIs over rounds, widened by the A/A deviation).
         "reference_points": references,
         "notes": outcome.notes,
+        "cpu_while_others_measured_s": {label: fin(sum(v) / len(v)) for label, v in outcome.meanwhile.items() if v},  # mean per round
     }

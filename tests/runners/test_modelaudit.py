@@ -67,6 +67,8 @@ def test_it_audits_prefill_and_decode_of_a_llama_with_an_aa_control(llama_report
         assert aa["ci95"][0] <= aa["speedup"] <= aa["ci95"][1] and isinstance(aa["stable"], bool)
         assert phase["billable"] == (aa["stable"] and low > 1.0)
         assert all(len(samples) == ROUNDS for samples in phase["samples_s"].values())
+        # A waiting worker uses no CPU while another is measured.
+        assert all(v < 0.0005 for v in phase["cpu_while_others_measured_s"].values()), phase["cpu_while_others_measured_s"]
         # Identical models on identical tokens: the logits agree bit for bit.
         assert phase["correctness"]["passed"] and phase["correctness"]["max_abs_err"] == 0.0
         assert phase["correctness"]["checked_calls"] >= ROUNDS
@@ -238,6 +240,49 @@ def transform(model):
 """
 
 
+# Works while the others are measured: a thread that waits out the parent's settling after the
+# worker's last call of a round, then streams through memory for 3 ms, inside the next worker's
+# window (on the same cores: it steals time and leaves cold caches). Within the idle allowance
+# (5 ms + 10% a round), so it was accepted before CPU during the others' windows was judged.
+INTERFERES = """
+import os
+import threading
+import time
+import runners.audit.model_worker as mw
+
+_step, _prepare = mw.ModelRunner.op_step, mw.ModelRunner.op_prepare
+_go = threading.Event()
+
+def _burn():
+    scratch = bytearray(8 << 20)
+    while True:
+        _go.wait()
+        _go.clear()
+        time.sleep(0.004)
+        end = time.perf_counter() + 0.003
+        while time.perf_counter() < end:
+            for i in range(0, len(scratch), 4096):
+                scratch[i] = (scratch[i] + 1) & 255
+
+threading.Thread(target=_burn, daemon=True).start()
+
+def op_prepare(self, header, tensors):
+    self.last_call = int(header["calls"]) - 1
+    return _prepare(self, header, tensors)
+
+def op_step(self, header, tensors):
+    reply = _step(self, header, tensors)
+    if int(header["call"]) == self.last_call:
+        _go.set()
+    return reply
+
+mw.ModelRunner.op_step, mw.ModelRunner.op_prepare = op_step, op_prepare
+
+def transform(model):
+    return model
+"""
+
+
 def test_the_worker_clock_does_not_bill_a_call_it_claims_took_no_time(sample_models):
     # Billed on the worker's own timestamps, this was accepted at 3x (two thirds of each sample
     # claimed away) and 9,000x (the work moved into the commitment request).
@@ -267,6 +312,13 @@ def test_a_next_token_table_built_while_preparing_decode_is_hidden_work(sample_m
     assert decode["verdict"] == "rejected" and not decode["billable"]
     assert [r["code"] for r in decode["reasons"]] == ["integrity.background_cpu"]
     assert "prefilling the prompts' caches" in decode["reasons"][0]["message"]
+
+
+def test_work_in_the_other_workers_windows_is_judged(sample_models):
+    prefill = _phase(_audit(sample_models["llama"], None, transform_source=INTERFERES, phases=("prefill",), rounds=6), "prefill")
+    assert prefill["verdict"] == "rejected" and [r["code"] for r in prefill["reasons"]] == ["integrity.background_cpu"]
+    assert "while other workers were measured" in prefill["reasons"][0]["message"]
+    assert prefill["cpu_while_others_measured_s"]["optimized"] > 0.0005
 
 
 def test_it_reports_an_optimized_side_that_fails_to_load_as_an_error(sample_models):
