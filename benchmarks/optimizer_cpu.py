@@ -122,7 +122,7 @@ def _as_tuple(out: Any) -> tuple[torch.Tensor, ...]:
 def _suite_workloads(profile: str) -> list[Workload] | None:
     try:
         import runners.suite as suite
-        from runners.verify import compare_tensors
+        from runners.checks import compare_tensors
     except ImportError:
         return None
 

@@ -26,14 +26,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from runners import measure, result, stats, suite, verify
+from runners import checks, measure, result, stats, suite
 from runners.artifact import applier_source, artifact_document
 from runners.audit.model_inputs import POOL_SLACK, commit_weights
 from runners.audit.model_sample import ModelSample, stepped_sample
 from runners.measure import Protocol
 from runners.modelload import read_config
 from runners.sandbox import Sandbox, SandboxConfig, SandboxError, Worker
-from runners.verify import Reason
+from runners.checks import Reason
 
 
 Progress = Callable[[float, str], None]
@@ -42,7 +42,7 @@ PHASES = ("prefill", "decode")
 HANDLER = "runners.audit.model_worker:ModelRunner"
 
 # Logit tolerance by the model's dtype: |optimized - baseline| <= atol x rms(baseline logit row)
-# + rtol x |baseline| (verify.compare_tensors' rule), element by element. Looser than one kernel's
+# + rtol x |baseline| (checks.compare_tensors' rule), element by element. Looser than one kernel's
 # tolerance because rounding differences compound over layers; a wrong model (a scaled norm, a
 # skipped layer, stale cache) is off by a sizeable fraction of the row's scale, far above these.
 FORWARD_TOLERANCE: dict[str, tuple[float, float]] = {
@@ -320,7 +320,7 @@ def _skipped(phase: str, why: str) -> dict[str, Any]:
 def _errored(outcome: _PhaseOutcome, exc: SandboxError) -> None:
     # As in the per-kernel audit: a worker that refused what the optimized side did (integrity.*)
     # judged it; any other failure means it could not be judged.
-    code = exc.code if exc.code in verify.REASON_CODES else "sandbox.protocol"
+    code = exc.code if exc.code in checks.REASON_CODES else "sandbox.protocol"
     tail = " / ".join(line.strip() for line in exc.detail.strip().splitlines()[-2:])
     outcome.fail(Reason(code, f"{exc.message}{' | ' + tail[-500:] if tail else ''}"),
                  verdict="rejected" if code.startswith("integrity.") else "error")
@@ -521,7 +521,7 @@ def _check_round(outcome: _PhaseOutcome, slots: dict[str, _Slot], records: dict[
     if not base_meta or not base_meta[0].get("exact_tensor"):
         raise ModelAuditError(f"{where}: the baseline model returned no tensor output ({base_meta})")
     shape, dtype = tuple(base_meta[0]["shape"]), str(base_meta[0]["dtype"])
-    problems = verify.check_output_meta(record.meta, expected_shapes=[shape], dtype=dtype,
+    problems = checks.check_output_meta(record.meta, expected_shapes=[shape], dtype=dtype,
                                         device_type=torch.device(device).type, where=where)
     if record.inconsistent:
         problems.append(Reason("correctness.timed_output_mismatch", f"{where}: calls {record.inconsistent[:5]} returned a different kind of output than call 0"))
@@ -547,7 +547,7 @@ def _check_round(outcome: _PhaseOutcome, slots: dict[str, _Slot], records: dict[
             outcome.fail(Reason("correctness.shape", f"{where}, call {call}: the optimized worker sent outputs of shape "
                                                      f"{None if output is None else list(output.shape)}, expected {list(expected)}"))
             return
-        comparison = verify.compare_tensors(output, reference, atol=atol, rtol=rtol)
+        comparison = checks.compare_tensors(output, reference, atol=atol, rtol=rtol)
         outcome.checked += 1
         outcome.max_abs_err = max(outcome.max_abs_err, comparison.max_abs_err)
         outcome.worst_ratio = max(outcome.worst_ratio, comparison.worst_ratio)
@@ -568,7 +568,7 @@ def _check_round(outcome: _PhaseOutcome, slots: dict[str, _Slot], records: dict[
             # The reference is only as good as the baseline's determinism: two identical trusted
             # workers must agree (they do bit for bit on CPU), or nothing here can be judged.
             again = _fetch(slots["aa"].worker, call, positions, timeout)
-            if again is None or not verify.compare_tensors(again, reference, atol=atol, rtol=rtol).passed:
+            if again is None or not checks.compare_tensors(again, reference, atol=atol, rtol=rtol).passed:
                 raise ModelAuditError(f"{where}: two baseline workers disagree on the same tokens; the model is not deterministic enough to audit")
 
 

@@ -27,7 +27,7 @@ DTYPES: dict[str, torch.dtype] = {
 }
 # Every profile checks correctness on each of these; timing rounds use "normal".
 DISTRIBUTIONS: tuple[str, ...] = ("normal", "uniform", "outliers", "heavy_tailed", "small")
-# (atol, rtol) per dtype. The rule (runners/verify.compare_tensors) is
+# (atol, rtol) per dtype. The rule (runners/checks.compare_tensors) is
 # |out - ref| <= atol * rms_row(ref) + rtol * |ref|: atol is relative to the RMS of the output row
 # because a GEMM with K=4096 has outputs near 64, where summation order alone moves an element by
 # more than any fixed absolute atol that would still catch a wrong softmax (outputs near 1/C).
@@ -818,7 +818,7 @@ def manifest(profile: str, *, protocol: Any = None, specs: list[WorkloadSpec] | 
     `protocol` (a runners.measure.Protocol) defaults to the profile's own; `specs` replaces the
     profile's shapes when a run audits others (a model's own GEMM and attention shapes).
     """
-    from runners import measure, verify  # late: both import this module
+    from runners import checks, measure  # late: both import this module
 
     specs = profile_specs(profile) if specs is None else list(specs)
     names = sorted({spec.name for spec in specs})
@@ -852,7 +852,7 @@ def manifest(profile: str, *, protocol: Any = None, specs: list[WorkloadSpec] | 
                 inspect.getsource(fn)
                 for fn in (_sample_distribution, _rope_table, generate_tensor, derive_seed, make_inputs, check_mask)
             ],
-            "comparison": inspect.getsource(verify.compare_tensors),
+            "comparison": inspect.getsource(checks.compare_tensors),
         },
         "protocol": (protocol or measure.protocol_for(profile)).to_dict(),
     }

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from runners import measure, stats, suite, verify
+from runners import checks, measure, stats, suite
 from runners.audit.inputs import SharedInputs, slots_for
 from runners.audit.outcome import CHECK_PHASE_CHECKS, TIMING_CHECKS, Outcome
 from runners.audit.sample import Sample, overlaps, read_outputs, timed_sample
@@ -24,7 +24,7 @@ from runners.audit.session import AuditSession, Binding, HarnessError
 from runners.measure import Protocol
 from runners.sandbox import SandboxError, Worker
 from runners.suite import WorkloadSpec
-from runners.verify import Judgement, Reason
+from runners.checks import Judgement, Reason
 
 Progress = Callable[[float, str], None]
 
@@ -203,9 +203,9 @@ class KernelAudit:
             refs = _as_tuple(suite.reference(self.spec, args))
             masks = suite.check_mask(self.spec, args)
             first, second = outputs[2 * index], outputs[2 * index + 1]
-            judgement.merge(verify.judge_outputs(first, refs, masks, atol=atol, rtol=rtol, where=where, failure_code=failure_code))
+            judgement.merge(checks.judge_outputs(first, refs, masks, atol=atol, rtol=rtol, where=where, failure_code=failure_code))
             judgement.reasons.extend(
-                r for r in verify.judge_determinism(first, second, refs, masks, atol=atol, rtol=rtol, where=where)
+                r for r in checks.judge_determinism(first, second, refs, masks, atol=atol, rtol=rtol, where=where)
                 if r not in judgement.reasons
             )
         return judgement
@@ -395,7 +395,7 @@ class KernelAudit:
         for call, got in zip(picks, outputs):
             args = self.inputs.inputs(call)
             refs = _as_tuple(suite.reference(self.spec, args))
-            self.outcome.absorb(verify.judge_outputs(
+            self.outcome.absorb(checks.judge_outputs(
                 got, refs, suite.check_mask(self.spec, args), atol=atol, rtol=rtol,
                 where=f"{where}, timed call {call}", failure_code="correctness.timed_output_mismatch",
             ))
@@ -430,7 +430,7 @@ class KernelAudit:
     def _sample_problems(self, worker: Worker, sample: Sample, where: str) -> list[Reason]:
         """What a sample's description alone shows: wrong kinds of output, aliasing, threads, strays."""
         shapes = suite.output_shapes(self.spec)
-        reasons = verify.check_output_meta(sample.meta, expected_shapes=shapes, dtype=self.spec.dtype,
+        reasons = checks.check_output_meta(sample.meta, expected_shapes=shapes, dtype=self.spec.dtype,
                                            device_type=torch.device(self.device).type, where=f"{where}, call 0")
         if sample.inconsistent:
             reasons.append(Reason("correctness.timed_output_mismatch", f"{where}: calls {sample.inconsistent[:5]} returned a different kind of output than call 0"))

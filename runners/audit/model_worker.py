@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from runners import verify
+from runners import checks
 from runners.audit.model_inputs import POOL_SLACK, commit_weights, round_tokens, row_commitments
 from runners.measure import candidate_fault
 from runners.modelload import load_model  # before transformers: it makes the hub offline
@@ -211,7 +211,7 @@ class ModelRunner:
             except BaseException as exc:
                 raise candidate_fault(exc, during="a timed forward", code="sandbox.candidate_exception") from None
         self._sync()  # device-wide: work left on other streams lands inside the window
-        _, meta = verify.inspect_outputs(out, [], expect_tuple=False)
+        _, meta = checks.inspect_outputs(out, [], expect_tuple=False)
         sums: list[float] = []
         if type(out) is torch.Tensor and out.dim() >= 1:
             if self.weights is None or self.weights.numel() != out.shape[-1]:

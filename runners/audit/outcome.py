@@ -10,11 +10,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from runners import measure, result, stats, suite, verify
+from runners import checks, measure, result, stats, suite
 from runners.measure import Protocol
 from runners.sandbox import SandboxError
 from runners.suite import WorkloadSpec
-from runners.verify import Judgement, Reason
+from runners.checks import Judgement, Reason
 
 # Which check a reason code fails; `checks` in results maps each to True / False / None (not run).
 CHECK_OF_CODE: dict[str, str] = {
@@ -85,7 +85,7 @@ class Outcome:
         self.verdict = "rejected" if exc.code.startswith("integrity.") else "error"
         hint = _log_hint(exc.detail)
         message = f"{exc.message} | {hint}" if hint else exc.message
-        self.fail([Reason(exc.code if exc.code in verify.REASON_CODES else "sandbox.protocol", message)])
+        self.fail([Reason(exc.code if exc.code in checks.REASON_CODES else "sandbox.protocol", message)])
 
     @property
     def proven_wrong(self) -> bool:

@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from runners import suite, verify
+from runners import checks, suite
 from runners.audit.inputs import DoneRecord, SlotLayout, map_inputs
 from runners.measure import candidate_fault
 from runners.sandbox import WorkerFault
@@ -33,7 +33,7 @@ def describe(results: Sequence[Any], *, expect_tuple: bool) -> dict[str, Any]:
     returned the same kind of output as call 0. Kept to a few attribute reads per call: this runs
     after the timer stops, in every arm alike, and its cost is what the CPU check allows for."""
     first = results[0] if results else None
-    items0, meta = verify.inspect_outputs(first, [], expect_tuple=expect_tuple)
+    items0, meta = checks.inspect_outputs(first, [], expect_tuple=expect_tuple)
     signature = [(tuple(t.shape), t.stride(), t.dtype, t.device) for t in items0] if items0 is not None else None
     pointers: list[list[int]] = []
     inconsistent: list[int] = []
@@ -166,7 +166,7 @@ class KernelWorker:
         with open(path, "w") as handle:
             handle.write(header["source"])
         name = f"dyno_candidate_{self.loads}"
-        threads_before = verify.python_threads()
+        threads_before = checks.python_threads()
         try:
             module_spec = importlib.util.spec_from_file_location(name, path)
             assert module_spec is not None and module_spec.loader is not None
@@ -180,7 +180,7 @@ class KernelWorker:
             raise WorkerFault("sandbox.no_kernel", "the module defines no callable `kernel(*inputs)`")
         self.kernel = kernel
         self.called = False
-        started = verify.python_threads() - threads_before
+        started = checks.python_threads() - threads_before
         if started:
             names = sorted(t.name for t in threading.enumerate() if t.ident in started)
             raise WorkerFault(
@@ -221,7 +221,7 @@ class KernelWorker:
                     results[0], first, self.called = kernel(*calls[0]), 1, True
                     if step_base is not None:
                         self._report_done(step_base + 1, results[0])
-                threads_before = verify.python_threads()
+                threads_before = checks.python_threads()
                 if self.device.startswith("cuda"):
                     reply["calls"] = self._time_cuda(calls, results, first)
                 elif step_base is not None:
@@ -236,7 +236,7 @@ class KernelWorker:
                     reply.update(t0=t0, t1=t1, cpu_timed_ns=c1 - c0)
             except BaseException as exc:
                 raise candidate_fault(exc, during="a call") from None
-        reply["threads_left"] = len(verify.python_threads() - threads_before)
+        reply["threads_left"] = len(checks.python_threads() - threads_before)
         self.results = results  # alive until the next sample: the parent reads them from outside
         reply.update(describe(results, expect_tuple=suite.returns_tuple(self.spec)))
         if self.weights:

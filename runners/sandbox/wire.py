@@ -14,7 +14,7 @@ import torch
 
 
 class SandboxError(Exception):
-    """A worker failed in a way that ends its evaluation; `code` is a verify.REASON_CODES key."""
+    """A worker failed in a way that ends its evaluation; `code` is a checks.REASON_CODES key."""
 
     def __init__(self, code: str, message: str, detail: str = "") -> None:
         super().__init__(f"{code}: {message}")

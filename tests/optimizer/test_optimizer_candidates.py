@@ -15,7 +15,7 @@ from optimizer.candidates import (
     load_kernel,
     render_candidate,
 )
-from runners.verify import compare_tensors
+from runners.checks import compare_tensors
 
 # Small odd shapes per family (cpu-ci's, shrunk further where the interpreter is slow).
 SMALL: dict[str, dict[str, int]] = {

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from optimizer.model import Strategy, optimize_model
-from runners import verify
+from runners import checks
 from runners import measure
 from runners.modelaudit import FORWARD_TOLERANCE, PHASE_BUDGET_S, _phase_rounds, audit_model_forward
 from runners.samples import write_sample_model
@@ -88,7 +88,7 @@ def test_it_rejects_an_optimized_model_whose_logits_are_wrong(sample_models, lla
     for phase in report["phases"]:
         assert phase["verdict"] == "rejected"
         codes = [r["code"] for r in phase["reasons"]]
-        assert codes == ["correctness.mismatch"] and all(c in verify.REASON_CODES for c in codes)
+        assert codes == ["correctness.mismatch"] and all(c in checks.REASON_CODES for c in codes)
         assert phase["speedup"] is None and phase["ci95"] is None and not phase["billable"]
         assert phase["rounds"] == 0  # caught in the warm-up round: a wrong model is not timed further
         assert phase["correctness"]["worst_ratio"] > 1.0
@@ -131,7 +131,7 @@ ANSWERS_FIRST = """
 import time
 import torch
 import runners.audit.model_worker as mw
-from runners import verify
+from runners import checks
 
 def op_step(self, header, tensors):
     if int(header["call"]) == 0:
@@ -140,7 +140,7 @@ def op_step(self, header, tensors):
     ids = self.later[-1]["input_ids"]
     shape = (*ids.shape, self.model.config.vocab_size)
     self.outputs.append(None)
-    _, meta = verify.inspect_outputs(torch.empty(shape), [], expect_tuple=False)
+    _, meta = checks.inspect_outputs(torch.empty(shape), [], expect_tuple=False)
     now = time.perf_counter_ns()
     return {"t0": now, "t1": now + 1, "meta": meta, "checksums": [0.0] * (shape[0] * shape[1])}, []
 
@@ -164,7 +164,7 @@ HEAD_SHORTCUT = """
 import time
 import torch
 import runners.audit.model_worker as mw
-from runners import verify
+from runners import checks
 from runners.audit.model_inputs import commit_weights
 
 def op_step(self, header, tensors):
@@ -178,7 +178,7 @@ def op_step(self, header, tensors):
         weights = commit_weights(self.commit_seed, head.shape[0])
         sums = (hidden.reshape(-1, hidden.shape[-1]) @ (head.t() @ weights)).tolist()
     self.outputs.append(hidden)
-    _, meta = verify.inspect_outputs(torch.empty(*hidden.shape[:-1], head.shape[0]), [], expect_tuple=False)
+    _, meta = checks.inspect_outputs(torch.empty(*hidden.shape[:-1], head.shape[0]), [], expect_tuple=False)
     return {"t0": t0, "t1": time.perf_counter_ns(), "meta": meta, "checksums": sums}, []
 
 def op_fetch(self, header, tensors):
@@ -201,7 +201,7 @@ DECODE_TABLE = """
 import time
 import torch
 import runners.audit.model_worker as mw
-from runners import verify
+from runners import checks
 from runners.audit.model_inputs import commit_weights, round_tokens, row_commitments
 
 _prepare, _step = mw.ModelRunner.op_prepare, mw.ModelRunner.op_step
@@ -229,7 +229,7 @@ def op_step(self, header, tensors):
     if self.weights is None:
         self.weights = commit_weights(self.commit_seed, out.shape[-1])
     sums = row_commitments(out, self.weights)
-    _, meta = verify.inspect_outputs(out, [], expect_tuple=False)
+    _, meta = checks.inspect_outputs(out, [], expect_tuple=False)
     self.outputs.append(out)
     return {"t0": t0, "t1": time.perf_counter_ns(), "meta": meta, "checksums": sums}, []
 

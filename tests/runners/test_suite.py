@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from runners import measure, suite, verify
+from runners import checks, measure, suite
 from runners.suite import WorkloadSpec
 
 WORKLOADS = ["rmsnorm", "layernorm", "softmax", "swiglu", "rope", "gemm", "attention_prefill", "attention_decode", "moe", "ssm_scan"]
@@ -23,7 +23,7 @@ def _worst_ratio(spec: WorkloadSpec, out, inputs) -> float:
     atol, rtol = suite.tolerance(spec)
     worst = 0.0
     for o, r, m in zip(_tuple(out), _tuple(suite.reference(spec, inputs)), suite.check_mask(spec, inputs)):
-        comparison = verify.compare_tensors(o, r, atol=atol, rtol=rtol, mask=m)
+        comparison = checks.compare_tensors(o, r, atol=atol, rtol=rtol, mask=m)
         worst = max(worst, comparison.worst_ratio if comparison.passed else math.inf)
     return worst
 
@@ -201,7 +201,7 @@ def test_the_baseline_passes_its_own_check_on_the_outlier_draw_that_once_failed_
     atol, rtol = suite.tolerance(spec)
     with torch.no_grad():
         out = suite.baseline_fn(spec)(*args)
-    comparison = verify.compare_tensors(out, suite.reference(spec, args), atol=atol, rtol=rtol)
+    comparison = checks.compare_tensors(out, suite.reference(spec, args), atol=atol, rtol=rtol)
     assert comparison.passed and comparison.worst_ratio < 0.6, comparison
-    plain = verify.compare_tensors(out, suite.reference(spec, args), atol=atol / 4, rtol=rtol)
+    plain = checks.compare_tensors(out, suite.reference(spec, args), atol=atol / 4, rtol=rtol)
     assert not plain.passed  # the draw really is the one the plain tolerance refused

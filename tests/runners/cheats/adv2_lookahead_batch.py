@@ -66,7 +66,7 @@ def _run(self, header):
     reply = {}
     with torch.no_grad():
         self.called = True
-        threads_before = _w.verify.python_threads()
+        threads_before = _w.checks.python_threads()
         c0 = time.process_time_ns()
         t0 = time.perf_counter_ns()
         qo, ko = _batched(*_stacked(self, slots))
@@ -75,7 +75,7 @@ def _run(self, header):
         t1 = time.perf_counter_ns()
         c1 = time.process_time_ns()
         reply.update(t0=t0, t1=t1, cpu_timed_ns=c1 - c0)
-    reply["threads_left"] = len(_w.verify.python_threads() - threads_before)
+    reply["threads_left"] = len(_w.checks.python_threads() - threads_before)
     self.results = results
     reply.update(_w.describe(results, expect_tuple=suite.returns_tuple(self.spec)))
     return reply, []

@@ -70,7 +70,7 @@ def _run(self, header):
     reply = {}
     with torch.no_grad():
         self.called = True
-        threads_before = _w.verify.python_threads()
+        threads_before = _w.checks.python_threads()
         c0 = time.process_time_ns()
         t0 = time.perf_counter_ns()
         pre = _st["pre"]
@@ -89,7 +89,7 @@ def _run(self, header):
         reply.update(t0=t0, t1=t1, cpu_timed_ns=c1 - c0)
         if len(set(slots)) == len(slots) and len(slots) - m >= 4:
             _st["per_slot"] = (c1 - c0) / 1e9 / (len(slots) - m)
-    reply["threads_left"] = len(_w.verify.python_threads() - threads_before)
+    reply["threads_left"] = len(_w.checks.python_threads() - threads_before)
     self.results = results
     described = _original_describe(results[:1], expect_tuple=True)
     described["pointers"] = [[a.data_ptr(), b.data_ptr()] for a, b in results]

@@ -4,34 +4,34 @@ from __future__ import annotations
 
 import torch
 
-from runners import verify
-from runners.verify import Reason
+from runners import checks
+from runners.checks import Reason
 
 
 def test_it_scales_atol_by_the_rms_of_each_row():
     ref = torch.tensor([[64.0, -64.0, 0.01], [0.001, -0.001, 0.0]], dtype=torch.float64)
     out = ref.clone()
     out[0, 2] += 0.004  # tiny next to the row's RMS of ~52
-    assert verify.compare_tensors(out, ref, atol=1e-4, rtol=1e-4).passed
+    assert checks.compare_tensors(out, ref, atol=1e-4, rtol=1e-4).passed
     out = ref.clone()
     out[1, 2] += 0.004  # larger than that row's whole scale
-    assert not verify.compare_tensors(out, ref, atol=1e-4, rtol=1e-4).passed
+    assert not checks.compare_tensors(out, ref, atol=1e-4, rtol=1e-4).passed
 
 
 def test_it_flags_nonfinite_outputs_and_all_zero_outputs():
     ref = torch.randn(4, 8, dtype=torch.float64)
     out = ref.float().clone()
     out[1, 1] = float("nan")
-    result = verify.compare_tensors(out, ref, atol=1e-4, rtol=1e-4)
+    result = checks.compare_tensors(out, ref, atol=1e-4, rtol=1e-4)
     assert result.nonfinite and not result.passed
-    zeros = verify.compare_tensors(torch.zeros(4, 8), ref, atol=1e-4, rtol=1e-4)
+    zeros = checks.compare_tensors(torch.zeros(4, 8), ref, atol=1e-4, rtol=1e-4)
     assert zeros.all_zero and not zeros.passed
 
 
 def test_it_requires_matching_infinities_where_the_reference_has_them():
     ref = torch.tensor([[1.0, float("inf")]], dtype=torch.float64)
-    assert verify.compare_tensors(torch.tensor([[1.0, float("inf")]]), ref, atol=0, rtol=1e-6).passed
-    assert not verify.compare_tensors(torch.tensor([[1.0, 5.0]]), ref, atol=0, rtol=1e-6).passed
+    assert checks.compare_tensors(torch.tensor([[1.0, float("inf")]]), ref, atol=0, rtol=1e-6).passed
+    assert not checks.compare_tensors(torch.tensor([[1.0, 5.0]]), ref, atol=0, rtol=1e-6).passed
 
 
 def test_it_leaves_masked_elements_out():
@@ -39,21 +39,21 @@ def test_it_leaves_masked_elements_out():
     out = ref.clone()
     out[1] = 99.0
     mask = torch.tensor([[True] * 3, [False] * 3])
-    assert verify.compare_tensors(out, ref, atol=1e-4, rtol=1e-4, mask=mask).passed
-    assert not verify.compare_tensors(out, ref, atol=1e-4, rtol=1e-4).passed
+    assert checks.compare_tensors(out, ref, atol=1e-4, rtol=1e-4, mask=mask).passed
+    assert not checks.compare_tensors(out, ref, atol=1e-4, rtol=1e-4).passed
 
 
 def test_it_names_the_phase_in_timed_and_revalidation_failures():
     ref = (torch.ones(2, 2, dtype=torch.float64),)
-    judged = verify.judge_outputs((torch.zeros(2, 2),), ref, (None,), atol=1e-4, rtol=1e-4, where="timed call 3", failure_code="correctness.timed_output_mismatch")
+    judged = checks.judge_outputs((torch.zeros(2, 2),), ref, (None,), atol=1e-4, rtol=1e-4, where="timed call 3", failure_code="correctness.timed_output_mismatch")
     assert {r.code for r in judged.reasons} == {"correctness.all_zero", "correctness.timed_output_mismatch"}
-    wrong = verify.judge_outputs((torch.full((2, 2), 2.0),), ref, (None,), atol=1e-4, rtol=1e-4, where="check")
+    wrong = checks.judge_outputs((torch.full((2, 2), 2.0),), ref, (None,), atol=1e-4, rtol=1e-4, where="check")
     assert [r.code for r in wrong.reasons] == ["correctness.mismatch"] and wrong.max_abs_err == 1.0
 
 
 def test_it_checks_output_descriptions_for_type_shape_dtype_device_and_aliasing():
     good = {"exact_tensor": True, "shape": [2, 3], "dtype": "float32", "device_type": "cpu", "aliases_input": False}
-    assert verify.check_output_meta([good], expected_shapes=[(2, 3)], dtype="float32", device_type="cpu", where="w") == []
+    assert checks.check_output_meta([good], expected_shapes=[(2, 3)], dtype="float32", device_type="cpu", where="w") == []
     cases = {
         "correctness.output_type": {"exact_tensor": False, "type": "Lazy"},
         "correctness.shape": {**good, "shape": [3, 2]},
@@ -62,32 +62,32 @@ def test_it_checks_output_descriptions_for_type_shape_dtype_device_and_aliasing(
         "integrity.output_aliases_input": {**good, "aliases_input": True},
     }
     for code, meta in cases.items():
-        reasons = verify.check_output_meta([meta], expected_shapes=[(2, 3)], dtype="float32", device_type="cpu", where="w")
+        reasons = checks.check_output_meta([meta], expected_shapes=[(2, 3)], dtype="float32", device_type="cpu", where="w")
         assert [r.code for r in reasons] == [code]
-    assert verify.check_output_meta(None, expected_shapes=[(2, 3)], dtype="float32", device_type="cpu", where="w")[0].code == "correctness.output_type"
+    assert checks.check_output_meta(None, expected_shapes=[(2, 3)], dtype="float32", device_type="cpu", where="w")[0].code == "correctness.output_type"
 
 
 def test_it_detects_aliasing_subclasses_and_wrong_containers_in_the_child():
     x = torch.randn(4, 4)
-    spans = verify.storage_spans([x])
-    tensors, meta = verify.inspect_outputs(x[1:], spans, expect_tuple=False)
+    spans = checks.storage_spans([x])
+    tensors, meta = checks.inspect_outputs(x[1:], spans, expect_tuple=False)
     assert meta[0]["aliases_input"] and tensors is not None
-    _, meta = verify.inspect_outputs(x.clone(), spans, expect_tuple=False)
+    _, meta = checks.inspect_outputs(x.clone(), spans, expect_tuple=False)
     assert not meta[0]["aliases_input"]
 
     class Sub(torch.Tensor):
         pass
 
-    tensors, meta = verify.inspect_outputs(x.clone().as_subclass(Sub), spans, expect_tuple=False)
+    tensors, meta = checks.inspect_outputs(x.clone().as_subclass(Sub), spans, expect_tuple=False)
     assert tensors is None and not meta[0]["exact_tensor"]
-    tensors, meta = verify.inspect_outputs(x.clone(), spans, expect_tuple=True)
+    tensors, meta = checks.inspect_outputs(x.clone(), spans, expect_tuple=True)
     assert tensors is None
 
 
 def test_it_flags_a_second_call_that_disagrees():
     ref = (torch.ones(3, 3, dtype=torch.float64),)
-    same = verify.judge_determinism((torch.ones(3, 3),), (torch.ones(3, 3),), ref, (None,), atol=1e-4, rtol=1e-4, where="w")
-    differ = verify.judge_determinism((torch.ones(3, 3),), (torch.zeros(3, 3),), ref, (None,), atol=1e-4, rtol=1e-4, where="w")
+    same = checks.judge_determinism((torch.ones(3, 3),), (torch.ones(3, 3),), ref, (None,), atol=1e-4, rtol=1e-4, where="w")
+    differ = checks.judge_determinism((torch.ones(3, 3),), (torch.zeros(3, 3),), ref, (None,), atol=1e-4, rtol=1e-4, where="w")
     assert same == [] and [r.code for r in differ] == ["correctness.nondeterministic"]
 
 

@@ -1,4 +1,4 @@
-"""Verification: reason codes, the tolerance rule, and the checks on what a candidate returned.
+"""Output checks: reason codes, the tolerance rule, and the checks on what a candidate returned.
 
 Judging happens in the parent on data it received; the `inspect_*` helpers run in the child and
 only produce evidence for clearer reason codes (a hostile child can lie; the parent never relies on them alone).
