@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from runners.audit.sample import spare_cores
 from runners.sandbox import Worker
 
 
@@ -36,18 +37,13 @@ class ModelSample:
     windows_ns: list[int] = field(default_factory=list)
 
 
-def _spare_cores(worker: Worker) -> list[int]:
-    measured = set(worker.sandbox.config.cpus)
-    return sorted(set(os.sched_getaffinity(0)) - measured) if measured else []
-
-
 def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float, discount: bool) -> ModelSample:
     """Time `items` (what each call reads, runners.modelaudit._reveal) one request per call.
 
     With `discount` (CPU, one thread per worker) the worker's run-queue wait over the sample comes
     off, never below the CPU its whole tree used over the same span: waiting behind its own threads
     or processes is their CPU, not other processes' time."""
-    spare = _spare_cores(worker)
+    spare = spare_cores(worker)
     pinned = os.sched_getaffinity(0)
     if spare:
         os.sched_setaffinity(0, spare)  # the parent's wake-ups never land on the measured core

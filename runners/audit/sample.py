@@ -115,7 +115,8 @@ class _Steps:
         self.problem: str | None = None
 
 
-def _spare_cores(worker: Worker) -> list[int]:
+def spare_cores(worker: Worker) -> list[int]:
+    """The cores the parent may use while a worker is measured: its own, not the measurement cores."""
     measured = set(worker.sandbox.config.cpus)
     return sorted(set(os.sched_getaffinity(0)) - measured) if measured else []
 
@@ -185,7 +186,7 @@ def timed_sample(
     used over the same span. Stepped samples (the worker spins between calls, so that floor would
     cancel every discount): the wait read around each call, less the CPU of every thread and
     process of the tree but the main one."""
-    spare = _spare_cores(worker) if inputs is not None and done is not None and device == "cpu" else []
+    spare = spare_cores(worker) if inputs is not None and done is not None and device == "cpu" else []
     stepped = bool(spare)
     if inputs is not None:
         inputs.hide()
