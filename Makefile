@@ -34,7 +34,10 @@ test-fast: install
 migrate: install
 	$(BIN)/python manage.py migrate
 
+# One worker that measures (cpu) and does the platform's chores (control), as make demo starts it; a
+# runner reports to the web server's control API with a runner key (docs/operations.md, Roles).
 worker: install
+	@test -n "$$DYNO_RUNNER_TOKEN" || { echo "make worker: set DYNO_RUNNER_TOKEN (from manage.py runner_key create NAME --hardware cpu) and, unless the web server is at http://127.0.0.1:8000, DYNO_CONTROL_URL"; exit 2; }
 	cd platform && ../$(BIN)/celery -A dyno worker -Q cpu,control -c 1 -B -l info
 
 bench: install

@@ -1,9 +1,11 @@
 """End-to-end model run on a real Celery worker, and the platform's share of its wall time.
 
-Starts a worker on the configured broker and database, uploads a small real model, runs it on
-`cpu` with the `cpu-ci` profile, and writes benchmarks/results/platform-overhead.json:
-wall time from queueing to succeeded, the pipeline's own measured work (profile + optimize +
-audit), and the rest (queueing, claiming, progress writes, storing) as the overhead.
+Starts a web server (the control API) and a runner worker without database credentials
+(DYNO_ROLE=runner, a runner key) beside a control worker, on the configured broker and database,
+uploads a small real model, runs it on `cpu` with the `cpu-ci` profile, and writes
+benchmarks/results/platform-overhead.json: wall time from queueing to succeeded, the pipeline's own
+measured work (profile + optimize + audit), and the rest (queueing, claiming, fetching the model,
+progress reports, storing) as the overhead.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/dyno_bench CELERY_BROKER_URL=redis://127.0.0.1:6379/13 \\
         .venv/bin/python benchmarks/platform_overhead.py [--runs 2] [--family llama]
@@ -15,6 +17,7 @@ import argparse
 import json
 import os
 import platform as stdlib_platform
+import socket
 import subprocess
 import sys
 import tempfile
@@ -55,11 +58,24 @@ def main() -> int:
     from django.conf import settings
 
     settings.MEDIA_ROOT = work / "media"
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "dyno", "worker", "-Q", "cpu,control", "-c", "1",
-         "-n", f"bench-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "-l", "warning"],
-        cwd=ROOT / "platform", env=env, stdout=open(work / "worker.log", "w"), stderr=subprocess.STDOUT,
-        start_new_session=True)
+    from fleet.keys import runner_key_create
+
+    _, token = runner_key_create(name=f"bench-{os.getpid()}", hardware=["cpu"])
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    processes = [subprocess.Popen(
+        [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"], cwd=ROOT, env=env,
+        stdout=open(work / "web.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)]
+    runner_env = {k: v for k, v in env.items() if k != "DATABASE_URL"}
+    runner_env.update(DYNO_ROLE="runner", DYNO_CONTROL_URL=f"http://127.0.0.1:{port}", DYNO_RUNNER_TOKEN=token,
+                      DYNO_RUNNER_CALIBRATION="off", DYNO_RUNNER_CACHE=str(work / "runner-cache"))
+    for queue, role_env in (("control", env), ("cpu", runner_env)):
+        processes.append(subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "dyno", "worker", "-Q", queue, "-c", "1",
+             "-n", f"bench-{queue}-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "-l", "warning"],
+            cwd=ROOT / "platform", env=role_env, stdout=open(work / f"worker-{queue}.log", "w"),
+            stderr=subprocess.STDOUT, start_new_session=True))
     try:
         org = organization_create(slug=f"bench-{os.getpid()}", name="Bench")
         actor = Actor(roles={org.pk: "owner"})
@@ -86,13 +102,16 @@ def main() -> int:
                          "stage_seconds": run.result["optimization"]["seconds"]})
             print(json.dumps(rows[-1]))
     finally:
-        worker.terminate()
-        worker.wait(timeout=30)
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=30)
     document = {
         "benchmark": "platform-overhead", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{stdlib_platform.node()} {os.cpu_count()} cores, load {os.getloadavg()}",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "model": f"runners.samples {args.family} (tiny)", "profile": "cpu-ci", "runs": rows,
+        "model": f"runners.samples {args.family} (tiny)", "profile": "cpu-ci",
+        "roles": "runner worker without database credentials (control API over HTTP) + control worker + runserver",
+        "runs": rows,
     }
     Path(args.out).write_text(json.dumps(document, indent=1) + "\n")
     print(f"wrote {args.out}")

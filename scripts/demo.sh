@@ -17,7 +17,11 @@ if [ ! -f var/sample-models/tiny-llama/config.json ]; then
 fi
 echo "A small Hugging Face model folder to upload: $(pwd)/var/sample-models/tiny-llama"
 
-(cd platform && exec ../$BIN/celery -A dyno worker -Q cpu,control -c 1 -B -n "demo-cpu@%h" \
+# The worker measures (cpu) and does the platform's chores (control) here; as a runner it reports to
+# the web server's control API with a runner key made afresh for this demo (docs/operations.md, Roles).
+$BIN/python manage.py runner_key create demo-runner --hardware cpu --token-file var/runner-token --replace
+(cd platform && DYNO_CONTROL_URL="http://127.0.0.1:$PORT" DYNO_RUNNER_TOKEN="$(cat ../var/runner-token)" \
+  exec ../$BIN/celery -A dyno worker -Q cpu,control -c 1 -B -n "demo-cpu@%h" \
   -l info --logfile ../var/worker.log) &
 WORKER=$!
 trap 'kill $WORKER 2>/dev/null; wait $WORKER 2>/dev/null' EXIT INT TERM

@@ -71,13 +71,22 @@ def sample_models(tmp_path_factory) -> dict[str, Path]:
 class WorkerProcess:
     """A real `celery worker` process on the test broker and the test database."""
 
-    def __init__(self, *, queues: str, database_name: str, media_root: Path, extra_env: dict | None = None,
-                 name: str | None = None):
+    def __init__(self, *, queues: str, database_name: str, media_root: Path, control_url: str, token: str,
+                 extra_env: dict | None = None, name: str | None = None, runner_only: bool = False):
         self.name = name or f"test-{uuid.uuid4().hex[:8]}@localhost"
+        self.queues = queues.split(",")
         env = dict(os.environ)
         base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/dyno")
+        if runner_only:
+            # What a runner host holds: the broker and its runner key, no database credentials.
+            env.pop("DATABASE_URL", None)
+            env["DYNO_ROLE"] = "runner"
+        else:
+            env["DATABASE_URL"] = base.rsplit("/", 1)[0] + "/" + database_name
         env.update({
-            "DATABASE_URL": base.rsplit("/", 1)[0] + "/" + database_name,
+            "DYNO_CONTROL_URL": control_url,
+            "DYNO_RUNNER_TOKEN": token,
+            "DYNO_RUNNER_CACHE": str(media_root.parent / f"runner-cache-{uuid.uuid4().hex[:6]}"),
             "DYNO_MEDIA_ROOT": str(media_root),
             "DYNO_HEARTBEAT_SECONDS": "1",
             # A runner's start-up calibration takes a minute; the test that needs it turns it on.
@@ -98,13 +107,17 @@ class WorkerProcess:
         )
 
     def wait_registered(self, timeout: float = 60.0) -> None:
+        """A runner: until the platform registered it; a control worker: until it is ready."""
+        from django.conf import settings
+
         from fleet.models import Runner
 
+        runner = any(q in settings.DYNO_HARDWARE_CLASSES for q in self.queues)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"worker exited early:\n{self.log.read_text()[-4000:]}")
-            if Runner.objects.filter(hostname=self.name).exists():
+            if Runner.objects.filter(hostname=self.name).exists() if runner else " ready." in self.log.read_text():
                 return
             time.sleep(0.2)
         raise AssertionError(f"worker did not register in {timeout}s:\n{self.log.read_text()[-4000:]}")
@@ -150,19 +163,43 @@ def broker_clean():
 
 
 @pytest.fixture
-def start_worker(transactional_db, media_root, broker_clean):
+def runner_token(transactional_db):
+    """A live runner key for every hardware class: what a runner host holds besides the broker."""
+    from django.conf import settings
+
+    from fleet.keys import runner_key_create
+
+    _, token = runner_key_create(name=f"test-{uuid.uuid4().hex[:8]}", hardware=list(settings.DYNO_HARDWARE_CLASSES))
+    return token
+
+
+@pytest.fixture
+def control_api(live_server, runner_token, settings):
+    """This process as a runner: its control client talks to the live server with a runner key."""
+    settings.DYNO_CONTROL_URL = live_server.url
+    settings.DYNO_RUNNER_TOKEN = runner_token
+    return live_server.url
+
+
+@pytest.fixture
+def start_worker(transactional_db, media_root, broker_clean, live_server, runner_token):
+    """Real Celery workers. Runners report to the control API of a live server in this process
+    (the test database), as they do in production; `runner_only` starts one without database
+    credentials (DYNO_ROLE=runner, no DATABASE_URL)."""
     from django.db import connection
 
     workers: list[WorkerProcess] = []
 
-    def start(queues: str = "cpu,control", name: str | None = None, **extra_env) -> WorkerProcess:
+    def start(queues: str = "cpu,control", name: str | None = None, runner_only: bool = False,
+              **extra_env) -> WorkerProcess:
         from fleet.models import Runner
 
         if name:
             Runner.objects.filter(hostname=name).delete()  # so registration is observed afresh
         worker = WorkerProcess(queues=queues, database_name=connection.settings_dict["NAME"],
-                               media_root=media_root, extra_env={k: str(v) for k, v in extra_env.items()},
-                               name=name)
+                               media_root=media_root, control_url=live_server.url, token=runner_token,
+                               extra_env={k: str(v) for k, v in extra_env.items()}, name=name,
+                               runner_only=runner_only)
         workers.append(worker)
         worker.wait_registered()
         return worker

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import secrets
 from pathlib import Path
 
 from celery.schedules import crontab
@@ -32,6 +33,21 @@ ALLOWED_HOSTS = env_list("DYNO_ALLOWED_HOSTS", [] if PRODUCTION else ["127.0.0.1
 _database_url = env_str("DATABASE_URL")
 _broker_url = env_str("CELERY_BROKER_URL")
 
+# A runner host executes hostile candidate code: with DYNO_ROLE=runner its worker holds the broker's
+# address and a runner key for the control API (fleet.control_api), never database credentials
+# (docs/operations.md, Roles). Any other role (web, control, or both with runner queues in
+# development) is "platform".
+DYNO_ROLE = env_choice("DYNO_ROLE", "platform", ("platform", "runner"))
+RUNNER = DYNO_ROLE == "runner"
+DYNO_CONTROL_URL = env_str("DYNO_CONTROL_URL", "" if PRODUCTION else "http://127.0.0.1:8000")
+DYNO_RUNNER_TOKEN = env_str("DYNO_RUNNER_TOKEN", "")
+if RUNNER and _database_url:
+    raise ImproperlyConfigured("DYNO_ROLE=runner holds no database credentials: unset DATABASE_URL on runner hosts "
+                               "(runners report through DYNO_CONTROL_URL with DYNO_RUNNER_TOKEN).")
+if RUNNER and not os.environ.get("DYNO_SECRET_KEY"):
+    # Signs nothing a runner hands out (it serves no pages and no sessions): never the web's key.
+    SECRET_KEY = secrets.token_urlsafe(64)
+
 
 def _is_loopback(host: str) -> bool:
     host = host.strip().lower().removeprefix("[").removesuffix("]")
@@ -44,14 +60,11 @@ def _is_loopback(host: str) -> bool:
 
 
 if PRODUCTION:
-    missing = [
-        name for name, value in (
-            ("DYNO_SECRET_KEY", os.environ.get("DYNO_SECRET_KEY")),
-            ("DATABASE_URL", _database_url),
-            ("CELERY_BROKER_URL", _broker_url),
-            ("DYNO_ALLOWED_HOSTS", os.environ.get("DYNO_ALLOWED_HOSTS")),
-        ) if not value
-    ]
+    needed = ((("CELERY_BROKER_URL", _broker_url), ("DYNO_CONTROL_URL", DYNO_CONTROL_URL),
+               ("DYNO_RUNNER_TOKEN", DYNO_RUNNER_TOKEN)) if RUNNER else
+              (("DYNO_SECRET_KEY", os.environ.get("DYNO_SECRET_KEY")), ("DATABASE_URL", _database_url),
+               ("CELERY_BROKER_URL", _broker_url), ("DYNO_ALLOWED_HOSTS", os.environ.get("DYNO_ALLOWED_HOSTS"))))
+    missing = [name for name, value in needed if not value]
     if missing:
         unset = "" if os.environ.get("DYNO_ENV") else (
             " DYNO_ENV is not set, and Dyno starts with production settings unless told otherwise: for a "
@@ -132,6 +145,9 @@ DATABASES = {
         _database_url or "sqlite:///var/dyno.sqlite3", base_dir=BASE_DIR
     ).django()
 }
+if RUNNER:
+    # Django's dummy backend: any query on a runner raises ImproperlyConfigured, loudly.
+    DATABASES = {"default": {"ENGINE": "django.db.backends.dummy"}}
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # SQLite has no row locks: a transaction that reads, then writes, fails at once with "database is
     # locked" when another took the write lock between (select_for_update is a no-op there). Taking
@@ -230,6 +246,8 @@ DYNO_RUN_RESEND_SECONDS = env_int("DYNO_RUN_RESEND_SECONDS", 900, minimum=10)
 # Model runs: the tuning cache (JSON lines; a warm hit skips the search), how many of a model's
 # heaviest workloads a run tunes and audits, and the search budget per workload.
 DYNO_TUNING_CACHE = Path(env_str("DYNO_TUNING_CACHE", str(VAR_DIR / "tuning-cache.jsonl")))
+# Where a runner keeps the model files it fetched from the control API (checked by SHA-256 each run).
+DYNO_RUNNER_CACHE = Path(env_str("DYNO_RUNNER_CACHE", str(VAR_DIR / "runner-cache")))
 DYNO_RUN_WORKLOAD_LIMIT = env_int("DYNO_RUN_WORKLOAD_LIMIT", 6, minimum=1)
 DYNO_TUNE_BUDGET_SECONDS = env_int("DYNO_TUNE_BUDGET_SECONDS", 20, minimum=1)
 # Whether a model run's optimizer also tries whole-model torch.compile configurations (each costs a

@@ -8,6 +8,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("metrics", metrics, name="metrics"),
     path("api/v1/", include("api.urls")),
+    # Runner hosts (no database credentials) report here with their runner key.
+    path("runner/v1/", include(("fleet.control_api", "control"))),
     # Reports and metering own their paths (web under /reports, /billing; API under /api/v1/...).
     path("", include("reports.urls")),
     path("", include("metering.urls")),

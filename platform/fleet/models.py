@@ -42,3 +42,25 @@ class Runner(models.Model):
             return False
         horizon = timedelta(seconds=3 * settings.DYNO_HEARTBEAT_SECONDS)
         return timezone.now() - self.last_heartbeat < horizon
+
+
+class RunnerKey(models.Model):
+    """A runner host's credential for the control API (fleet.control_api): the only thing a runner
+    holds besides the broker's address. Scoped to hardware classes; only its SHA-256 is stored; an
+    operator creates and revokes it with `manage.py runner_key`."""
+
+    name = models.CharField(max_length=100, unique=True)
+    token_sha256 = models.CharField(max_length=64, unique=True)
+    hardware = models.JSONField(default=list)  # the hardware classes whose runs it may take
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def serves(self, hardware: str) -> bool:
+        return self.revoked_at is None and hardware in self.hardware

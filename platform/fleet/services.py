@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
 
+from fleet.fingerprints import fingerprint_digest
 from fleet.models import Runner
 
 log = logging.getLogger(__name__)
-
-
-# What identifies a device and its software; the load average and GPU clocks change by the minute.
-IDENTITY_KEYS = ("device", "device_name", "driver", "cuda", "torch", "triton", "python", "platform",
-                 "cpu_model", "cpu_count", "hostname")
-
-
-def fingerprint_digest(fingerprint: dict[str, Any]) -> str:
-    identity = {key: fingerprint.get(key) for key in IDENTITY_KEYS}
-    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def runner_register(*, hostname: str, queues: list[str], fingerprint: dict[str, Any]) -> Runner:

@@ -1,5 +1,6 @@
 """Runner chores: the calibration a runner runs on itself when it starts. Imported by Celery's task
-autodiscovery, which is also how the worker hooks (fleet.worker) get connected."""
+autodiscovery, which is also how the worker hooks (fleet.worker) get connected. Runner side: no
+database, the outcome goes to the control API."""
 
 from __future__ import annotations
 
@@ -28,17 +29,16 @@ def calibration_profile(hardware: str) -> str | None:
 
 @shared_task(name=CALIBRATE, bind=True, acks_late=False, ignore_result=True,
              soft_time_limit=3600, time_limit=3660)
-def runner_calibrate(self, profile: str, workloads: list[str] | None = None) -> None:
-    """A/A audits on this very worker (sent to its own direct queue), its verdict stored on its
-    Runner row. Takes the device lock, so it never measures beside a run on the same device."""
-    from fleet.models import Runner
-    from fleet.services import runner_calibration_record
+def runner_calibrate(self, profile: str, workloads: list[str] | None = None, hardware: str = "cpu") -> None:
+    """A/A audits on this very worker (sent to its own direct queue), its verdict handed to the
+    platform for its Runner row. Takes the device lock, so it never measures beside a run on the
+    same device."""
+    from fleet.control_client import ControlClient
     from runners.calibrate import calibrate
-    from runs.tasks import device_for, device_lock
+    from runs.runner import device_for, device_lock
 
     hostname = self.request.hostname
-    runner = Runner.objects.filter(hostname=hostname).first()
-    device = device_for(runner.hardware if runner else "cpu")
+    device = device_for(hardware)
     with device_lock(device):
         try:
             document = calibrate(profile, workloads=workloads or None, device=device)
@@ -46,4 +46,4 @@ def runner_calibrate(self, profile: str, workloads: list[str] | None = None) -> 
             log.exception("runner %s: calibration on %s could not run", hostname, profile)
             document = {"schema": "dyno.calibration/1", "profile": profile, "workloads": [], "summary": {},
                         "verdict": {"billable": False, "message": f"calibration could not run: {exc}"[:500]}}
-    runner_calibration_record(hostname=hostname, calibration=document)
+    ControlClient().calibration(hostname=hostname, calibration=document)

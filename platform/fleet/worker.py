@@ -1,13 +1,16 @@
-"""Hooks that run inside a Celery worker process: register, heartbeat, and clean up on restart."""
+"""Hooks that run inside a runner's Celery worker process: register, heartbeat, and say it stopped,
+all through the control API (fleet.control_client): a runner holds no database credentials."""
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 from celery.signals import worker_ready, worker_shutdown
 from django.conf import settings
-from django.db import close_old_connections
+
+from fleet.control_client import ControlClient
 
 log = logging.getLogger(__name__)
 _stop = threading.Event()
@@ -15,7 +18,7 @@ _stop = threading.Event()
 
 def device_fingerprint(queues: list[str]) -> dict:
     from runners.fingerprint import environment_fingerprint
-    from runs.tasks import device_for
+    from runs.runner import device_for
 
     gpu = any(device_for(q) == "cuda" for q in queues)
     return environment_fingerprint("cuda" if gpu else "cpu")
@@ -30,14 +33,10 @@ def executing_runs() -> set[str]:
 
 
 def _beat(hostname: str) -> None:
-    from fleet.services import runner_heartbeat
-    from runs.services import runs_heartbeat
-
+    control = ControlClient(attempts=0)  # the next beat is the retry
     while not _stop.wait(settings.DYNO_HEARTBEAT_SECONDS):
         try:
-            close_old_connections()
-            runner_heartbeat(hostname=hostname)
-            runs_heartbeat(worker=hostname, executing=executing_runs())
+            control.heartbeat(hostname=hostname, executing=sorted(executing_runs()))
         except Exception:
             log.exception("heartbeat of %s failed; retrying next interval", hostname)
 
@@ -46,7 +45,7 @@ def gpu_binding_problem(queues: list[str], *, visible: str | None, device_count:
     """Why a worker may not start as it is: one that serves a GPU hardware class must see exactly
     one GPU (start one worker per GPU with CUDA_VISIBLE_DEVICES=N), so that two workers never
     share one and a worker's figures always come from the same device."""
-    from runs.tasks import device_for
+    from runs.runner import device_for
 
     if not any(device_for(q) == "cuda" for q in queues):
         return None
@@ -59,16 +58,13 @@ def gpu_binding_problem(queues: list[str], *, visible: str | None, device_count:
 
 @worker_ready.connect
 def on_worker_ready(sender=None, **kwargs) -> None:
-    from fleet.services import runner_register
-    from runs.services import runs_fail_held_by
-
-    import os
-
     import torch
 
     hostname = sender.hostname
     queues = sorted(q.name for q in sender.app.amqp.queues.consume_from.values()) \
         if sender.app.amqp.queues.consume_from else []
+    if not any(q in settings.DYNO_HARDWARE_CLASSES for q in queues):
+        return  # a control worker measures nothing: not a runner
     problem = gpu_binding_problem(queues, visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
                                   device_count=torch.cuda.device_count())
     if problem:
@@ -76,13 +72,20 @@ def on_worker_ready(sender=None, **kwargs) -> None:
         # runs: end the process instead (EX_CONFIG), before it registers or consumes anything.
         log.critical("%s refuses to serve: %s", hostname, problem)
         os._exit(78)
-    # Fail first, register second: once the runner shows as registered, nothing stale is left.
-    orphaned = runs_fail_held_by(worker=hostname)
-    if orphaned:
-        log.warning("%s restarted holding %d run(s); marked failed: %s", hostname, len(orphaned), orphaned)
-    runner = runner_register(hostname=hostname, queues=queues, fingerprint=device_fingerprint(queues))
+    # The platform fails whatever this name held (it died with the last process), then registers it.
+    try:
+        # Patient: a runner may start before the platform it reports to (make demo starts both).
+        registered = ControlClient(attempts=max(settings.DYNO_RUN_TRANSIENT_RETRIES, 6)).register(hostname=hostname, queues=queues, fingerprint=device_fingerprint(queues))
+    except Exception as exc:
+        # A runner the platform will not register (no key, a revoked one, out of its scope) must not
+        # take runs it could never report: end the process (EX_CONFIG), saying why.
+        log.critical("%s could not register with the platform at %s: %s", hostname, settings.DYNO_CONTROL_URL, exc)
+        os._exit(78)
+    if registered.get("failed_runs"):
+        log.warning("%s restarted holding %d run(s); the platform failed them: %s", hostname,
+                    len(registered["failed_runs"]), registered["failed_runs"])
     threading.Thread(target=_beat, args=(hostname,), name="dyno-heartbeat", daemon=True).start()
-    _calibrate_self(hostname, runner.hardware)
+    _calibrate_self(hostname, registered.get("hardware", ""))
 
 
 def _calibrate_self(hostname: str, hardware: str) -> None:
@@ -96,18 +99,19 @@ def _calibrate_self(hostname: str, hardware: str) -> None:
         return
     workloads = [w for w in settings.DYNO_RUNNER_CALIBRATION_WORKLOADS.split(",") if w] or None
     try:
-        runner_calibrate.apply_async(args=[profile, workloads], queue=worker_direct(hostname))
+        runner_calibrate.apply_async(args=[profile, workloads, hardware], queue=worker_direct(hostname))
     except Exception:
         log.exception("%s: could not queue its calibration; it measures uncalibrated", hostname)
 
 
 @worker_shutdown.connect
 def on_worker_shutdown(sender=None, **kwargs) -> None:
-    from fleet.services import runner_stopped
-
     _stop.set()
-    if sender is not None:
-        try:
-            runner_stopped(hostname=sender.hostname)
-        except Exception:
-            log.exception("could not mark %s stopped", getattr(sender, "hostname", "?"))
+    queues = [q.name for q in sender.app.amqp.queues.consume_from.values()] \
+        if sender is not None and sender.app.amqp.queues.consume_from else []
+    if sender is None or not any(q in settings.DYNO_HARDWARE_CLASSES for q in queues):
+        return
+    try:
+        ControlClient(attempts=0).stopped(hostname=sender.hostname)
+    except Exception:
+        log.exception("could not mark %s stopped", getattr(sender, "hostname", "?"))

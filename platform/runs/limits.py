@@ -116,3 +116,32 @@ class StageClock:
                 if not self._stop.is_set():
                     self._kill()
             return
+
+
+def time_limit_error(stage: str, *, seconds: int, hard: bool = False, per_stage: bool = False) -> str:
+    """What a run that ran out of time says, for the customer and the operator alike."""
+    setting = ("DYNO_STAGE_TIME_LIMITS" if per_stage
+               else "DYNO_RUN_HARD_TIME_LIMIT_SECONDS" if hard else "DYNO_RUN_SOFT_TIME_LIMIT_SECONDS")
+    what = f"stage {stage} exceeded" if per_stage else f"the run, in stage {stage}, exceeded"
+    if hard:
+        return f"{what} the hard time limit of {seconds} s and its process was killed ({setting})."
+    return (f"{what} its time limit of {seconds} s ({setting}); the run was stopped. Start it with a "
+            "smaller batch or sequence, or ask an operator to raise the limit.")
+
+
+# How a run's task can end outside its own handlers (the worker's main process says which).
+OUTSIDE_KINDS = ("hard_time_limit", "soft_time_limit", "worker_lost", "other")
+
+
+def failed_outside_error(*, kind: str, stage: str, detail: str = "") -> str:
+    """The error of a run whose task ended outside its own handlers, written where the run's stage
+    is known (the control side): a hard time limit, a pool process that died, anything else."""
+    from django.conf import settings
+
+    if kind == "hard_time_limit":
+        return time_limit_error(stage, seconds=settings.DYNO_RUN_HARD_TIME_LIMIT_SECONDS, hard=True)
+    if kind == "soft_time_limit":
+        return time_limit_error(stage, seconds=settings.DYNO_RUN_SOFT_TIME_LIMIT_SECONDS)
+    if kind == "worker_lost":
+        return f"the worker process executing stage {stage} died ({detail}); nothing was stored. Start the run again."
+    return detail or "the run's task ended unexpectedly."

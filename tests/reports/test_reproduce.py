@@ -17,16 +17,18 @@ from django.urls import reverse
 
 from tests.web.helpers import upload_version
 
-pytestmark = pytest.mark.django_db
+# transaction: the runner's task, in process, reports to a live server's control API on its own connection.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 ROOT = Path(__file__).resolve().parents[2]
 HONEST_RMSNORM = ROOT / "tests" / "runners" / "honest" / "rmsnorm_alternative.py"
 
 
 @pytest.fixture
-def runner_settings(settings, tmp_path):
+def runner_settings(settings, tmp_path, control_api):
     """One audited workload with a short tuning budget, and this test's own locks and tuning cache."""
     settings.VAR_DIR = tmp_path / "var"
+    settings.DYNO_RUNNER_CACHE = tmp_path / "var" / "runner-cache"
     settings.DYNO_TUNING_CACHE = tmp_path / "var" / "tuning-cache.jsonl"
     settings.DYNO_RUN_WORKLOAD_LIMIT = 1
     settings.DYNO_TUNE_BUDGET_SECONDS = 2
@@ -47,13 +49,13 @@ def owner(make_org, client):
     return org, actor_for_user(user)
 
 
-def _execute_and_sign(run, django_capture_on_commit_callbacks):
-    """The run as a runner executes it (the Celery task, in process), then its signed report."""
+def _execute_and_sign(run):
+    """The run as a runner executes it (the Celery task in process, reporting to the control API of
+    a live server), then its signed report."""
     from reports.services import report_create_for_run
-    from runs.tasks import run_execute
+    from runs.runner import run_execute
 
-    with django_capture_on_commit_callbacks(execute=False):  # no broker: the report is made below
-        run_execute.apply(args=[str(run.pk)])
+    run_execute.apply(args=[str(run.pk)])
     run.refresh_from_db()
     assert run.status == "succeeded", run.error
     return report_create_for_run(run=run)
@@ -127,7 +129,7 @@ def test_it_reproduces_the_audit_of_a_submitted_candidate_as_printed(
     with django_capture_on_commit_callbacks(execute=False):
         run = audit_start(actor=actor, organization_id=org.pk, workload="rmsnorm",
                           source=HONEST_RMSNORM.read_text(), hardware="cpu", profile="cpu-ci")
-    report = _execute_and_sign(run, django_capture_on_commit_callbacks)
+    report = _execute_and_sign(run)
     clone = _fresh_clone(tmp_path)
 
     body, reproduced, compared, _ = _check_recipe_end_to_end(client, report, clone)
@@ -152,7 +154,7 @@ def test_it_reproduces_a_model_run_from_its_artifact_as_printed(
     version = upload_version(org=org, folder=sample_models["llama"], actor=actor)
     with django_capture_on_commit_callbacks(execute=False):
         run = run_start(actor=actor, version=version, hardware="cpu", profile="cpu-ci", batch=1, seq=32)
-    report = _execute_and_sign(run, django_capture_on_commit_callbacks)
+    report = _execute_and_sign(run)
     clone = _fresh_clone(tmp_path)
 
     body, reproduced, compared, printed = _check_recipe_end_to_end(client, report, clone,

@@ -7,10 +7,10 @@ import pytest
 
 
 def test_a_gpu_worker_must_see_exactly_one_gpu(monkeypatch):
-    import runs.tasks
+    import runs.runner
     from fleet.worker import gpu_binding_problem
 
-    monkeypatch.setattr(runs.tasks.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(runs.runner.torch.cuda, "is_available", lambda: True)
     problem = gpu_binding_problem(["gpu-h200"], visible=None, device_count=8)
     assert "sees 8 GPUs" in problem and "CUDA_VISIBLE_DEVICES=0" in problem
     assert "sees 0 GPUs" in gpu_binding_problem(["gpu-h200", "control"], visible="", device_count=0)
@@ -19,19 +19,19 @@ def test_a_gpu_worker_must_see_exactly_one_gpu(monkeypatch):
 
 
 def test_the_device_lock_follows_the_physical_gpu(monkeypatch):
-    import runs.tasks
+    import runs.runner
 
     uuids = {0: "GPU-1111", 1: "GPU-2222"}
     seen = {"index": 0}
-    monkeypatch.setattr(runs.tasks.torch.cuda, "current_device", lambda: seen["index"])
-    monkeypatch.setattr(runs.tasks, "gpu_uuid", lambda index: uuids.get(index))
+    monkeypatch.setattr(runs.runner.torch.cuda, "current_device", lambda: seen["index"])
+    monkeypatch.setattr(runs.runner, "gpu_uuid", lambda index: uuids.get(index))
     # Two workers started with CUDA_VISIBLE_DEVICES=0 and =1 both see their GPU at index 0.
     monkeypatch.setitem(uuids, 0, "GPU-1111")
-    first = runs.tasks.device_lock_name("cuda")
+    first = runs.runner.device_lock_name("cuda")
     monkeypatch.setitem(uuids, 0, "GPU-2222")
-    second = runs.tasks.device_lock_name("cuda")
+    second = runs.runner.device_lock_name("cuda")
     assert (first, second) == ("cuda-GPU-1111", "cuda-GPU-2222")
-    assert runs.tasks.device_lock_name("cpu") == "cpu0"
+    assert runs.runner.device_lock_name("cpu") == "cpu0"
 
 
 @pytest.mark.django_db

@@ -152,7 +152,9 @@ def test_it_repeats_a_model_run_with_its_version_batch_and_seq(people, django_ca
 def test_a_model_reaudit_replays_the_artifact_its_run_measured(people, django_capture_on_commit_callbacks,
                                                                monkeypatch):
     import pipeline.model_run
-    from runs.tasks import _execute_model
+    from fleet.control_api import _job
+    from fleet.control_client import ControlClient
+    from runs.runner import _execute_model
 
     artifact = {"schema": "dyno.optimization-artifact/1", "audited": {"rmsnorm-x": HONEST}}
     original = _model_run(people, artifact=artifact)
@@ -166,8 +168,11 @@ def test_a_model_reaudit_replays_the_artifact_its_run_measured(people, django_ca
         raise RuntimeError("stop here")
 
     monkeypatch.setattr(pipeline.model_run, "run_model_pipeline", stop_here)
+    job = _job(Run.objects.get(pk=run.pk))  # what the runner's claim hands it
+    assert job["replay"] == artifact
+    job["model_files"] = []  # nothing to fetch: the pipeline stops before it reads the model
     with pytest.raises(RuntimeError, match="stop here"):
-        _execute_model(Run.objects.get(pk=run.pk), "cpu", lambda *a: None)
+        _execute_model(job, "cpu", lambda *a: None, worker="w@host", control=ControlClient("http://127.0.0.1:9", "unused"))
     assert asked["replay"] == artifact
 
 

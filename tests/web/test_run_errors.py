@@ -11,10 +11,10 @@ from runs.status import Stage, Status
 from .test_reaudit import people  # noqa: F401  (fixture)
 
 
-@pytest.mark.django_db
-def test_a_failed_runs_error_names_no_server_path(people, monkeypatch, django_capture_on_commit_callbacks):  # noqa: F811
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_runs_error_names_no_server_path(people, monkeypatch, control_api):  # noqa: F811
     import pipeline.model_run
-    from runs.tasks import run_execute
+    from runs.runner import run_execute
 
     from catalog.models import Model, ModelVersion
 
@@ -29,8 +29,7 @@ def test_a_failed_runs_error_names_no_server_path(people, monkeypatch, django_ca
         raise FileNotFoundError(2, "No such file or directory", f"{model_dir}/tokenizer/merges.txt via 10.1.2.3:6379")
 
     monkeypatch.setattr(pipeline.model_run, "run_model_pipeline", broken)
-    with django_capture_on_commit_callbacks(execute=False):
-        run_execute.apply(args=[str(run.pk)])
+    run_execute.apply(args=[str(run.pk)])  # the runner's task in this process, reporting to the control API
     run.refresh_from_db()
     assert run.status == Status.FAILED, run.error
     assert run.error.startswith("FileNotFoundError: ") and ".../merges.txt" in run.error

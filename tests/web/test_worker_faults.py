@@ -19,13 +19,13 @@ from typing import Iterator
 import pytest
 import redis
 from billiard.exceptions import TimeLimitExceeded, WorkerLostError
-from django.db import OperationalError
 
 from accounts.selectors import Actor
 from reports.models import Report
 from runs.models import Run, RunEvent
 from runs.services import audit_start, run_claim, run_progress
-from runs.tasks import _on_task_failure, run_execute_failed, time_limit_error, with_retries
+from runs.limits import time_limit_error
+from runs.runner import _on_task_failure, outside_kind
 
 from ..conftest import wait_for
 
@@ -139,60 +139,34 @@ def _pool_processes(worker) -> list[int]:
 # --- unit: the parts the worker tests rely on ------------------------------------------------------
 
 
-def test_it_retries_transient_errors_a_bounded_number_of_times():
-    calls, sleeps = [], []
-
-    def flaky():
-        calls.append(1)
-        if len(calls) < 3:
-            raise OperationalError("server closed the connection unexpectedly")
-        return "stored"
-
-    assert with_retries(flaky, what="store", run_id="r", attempts=4, sleep=sleeps.append) == "stored"
-    assert sleeps == [1.0, 2.0]
-
-    def down():
-        calls.append(1)
-        raise OperationalError("could not connect")
-
-    calls.clear()
-    with pytest.raises(OperationalError):
-        with_retries(down, what="store", run_id="r", attempts=2, sleep=sleeps.append)
-    assert len(calls) == 3  # the first try and two retries, then it gives up
-
-    def bug():
-        calls.append(1)
-        raise ValueError("not transient")
-
-    calls.clear()
-    with pytest.raises(ValueError):
-        with_retries(bug, what="store", run_id="r", attempts=4, sleep=sleeps.append)
-    assert len(calls) == 1  # never retried
-
-
-@pytest.mark.django_db
-def test_a_run_whose_process_was_killed_or_timed_out_is_failed_naming_its_stage(submit, settings,
+@pytest.mark.django_db(transaction=True)
+def test_a_run_whose_process_was_killed_or_timed_out_is_failed_naming_its_stage(submit, settings, control_api,
                                                                               django_capture_on_commit_callbacks):
+    from fleet.control_client import ControlClient
+
     with django_capture_on_commit_callbacks(execute=False):
         hard, lost, other = submit(HONEST), submit(HONEST), submit(HONEST)
     for run in (hard, lost, other):
         run_claim(run_id=run.pk, worker="w1@host")
         run_progress(run_id=run.pk, worker="w1@host", fraction=0.5, stage="audit")
     settings.DYNO_RUN_HARD_TIME_LIMIT_SECONDS = 90
+    control = ControlClient(attempts=0)
     # A duplicate delivery dying on another worker leaves the run its holder is measuring alone.
-    assert not run_execute_failed(run_id=str(hard.pk), exception=TimeLimitExceeded(90.0), worker="w2@host")
-    assert run_execute_failed(run_id=str(hard.pk), exception=TimeLimitExceeded(90.0))
-    assert not run_execute_failed(run_id=str(hard.pk), exception=TimeLimitExceeded(90.0))  # already failed
+    assert not control.fail(str(hard.pk), worker="w2@host", error="TimeLimitExceeded", outside="hard_time_limit")
+    assert control.fail(str(hard.pk), worker="w1@host", error="TimeLimitExceeded", outside="hard_time_limit")
+    assert not control.fail(str(hard.pk), worker="w1@host", error="again", outside="hard_time_limit")  # already failed
     hard.refresh_from_db()
     assert hard.status == "failed"
     assert hard.error.startswith("the run, in stage audit, exceeded the hard time limit of 90 s and its process was killed")
     assert "(DYNO_RUN_HARD_TIME_LIMIT_SECONDS)" in hard.error
-    # The worker's main process hears of a dead pool process through Celery's task_failure signal.
+    # The worker's main process hears of a dead pool process through Celery's task_failure signal,
+    # and says so to the control API; the platform writes the message from the run's stage.
     task = SimpleNamespace(name="runs.execute")
     _on_task_failure(sender=task, exception=WorkerLostError("Worker exited prematurely: signal 9 (SIGKILL)"),
                      args=[str(lost.pk)])
     lost.refresh_from_db()
     assert lost.status == "failed" and "the worker process executing stage audit died" in lost.error
+    assert outside_kind(TimeLimitExceeded(90.0)) == "hard_time_limit"
     _on_task_failure(sender=SimpleNamespace(name="reports.sweep"), exception=WorkerLostError("x"),
                      args=[str(other.pk)])
     assert Run.objects.get(pk=other.pk).status == "running"  # another task's failure is not this run's

@@ -19,9 +19,18 @@ def version(make_org, sample_models, media_root):
     return upload_version(org=org, folder=sample_models["llama"]), Actor(roles={org.pk: "owner"})
 
 
-def test_it_runs_a_model_through_every_stage(start_worker, version):
+def test_it_runs_a_model_through_every_stage(start_worker, version, tmp_path, settings):
+    """On a runner that holds no database credentials (as in production: DYNO_ROLE=runner, the broker
+    and a runner key), beside a control worker that signs the report."""
+    from reports.models import Report
+
     version, actor = version
-    worker = start_worker()
+    settings.DYNO_SIGNING_KEY_PATH = str(tmp_path / "keys" / "signing.pem")
+    start_worker("control", DYNO_SIGNING_KEY_PATH=settings.DYNO_SIGNING_KEY_PATH)
+    worker = start_worker("cpu", runner_only=True)
+    environ = dict(item.split("=", 1) for item in
+                   open(f"/proc/{worker.proc.pid}/environ", "rb").read().decode().split("\0") if "=" in item)
+    assert "DATABASE_URL" not in environ and environ["DYNO_ROLE"] == "runner"
     runner = Runner.objects.get(hostname=worker.name)
     assert runner.hardware == "cpu" and runner.fingerprint.get("torch")
     run = run_start(actor=actor, version=version, hardware="cpu", batch=2, seq=16)
@@ -59,6 +68,8 @@ def test_it_runs_a_model_through_every_stage(start_worker, version):
     assert "error" not in end_to_end, end_to_end
     assert [p["phase"] for p in end_to_end["phases"]] == ["prefill", "decode"]
     assert all(p["verdict"] in ("accepted", "rejected", "error") for p in end_to_end["phases"])
+    # The control worker, which alone holds the signing key, signs what the runner handed back.
+    wait_for(lambda: Report.objects.filter(run=run).exists(), timeout=60, interval=0.5, what="the signed report")
 
 
 def test_it_never_leaves_a_killed_workers_run_running(start_worker, version):

@@ -1,0 +1,299 @@
+"""The control API: what a runner host may ask of the platform, and nothing more.
+
+Runner hosts execute hostile candidate code (sandboxed, but a sandbox is one layer), so they hold no
+database credentials and no signing key: a runner presents its runner key (fleet.keys, scoped to
+hardware classes) to these endpoints, which alone write what it reports through the same services
+the platform uses everywhere else. What a key can do: claim a queued run of its hardware classes,
+report progress, logs and the outcome of a run its worker holds, download that run's model files,
+and register, heartbeat and calibrate its own workers. It cannot read another run's data, list
+anything, or touch billing, reports or accounts.
+
+Every answer is JSON (`{"error": {"code", "message"}}` on refusal). The runner side is
+fleet.control_client.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from functools import wraps
+from typing import Any, Callable
+
+from django.conf import settings
+from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
+from django.http.response import HttpResponseBase
+from django.urls import path
+from django.views.decorators.csrf import csrf_exempt
+
+from api.errors import error_response
+from fleet.keys import runner_key_for
+from fleet.models import Runner, RunnerKey
+from fleet.services import (
+    runner_calibration_record,
+    runner_calibration_summary,
+    runner_heartbeat,
+    runner_register,
+    runner_stopped,
+)
+from runs.models import Run, RunKind
+from runs.services import (
+    RunCancelled,
+    run_claim,
+    run_fail,
+    run_log,
+    run_progress,
+    run_succeed,
+    runs_fail_held_by,
+    runs_heartbeat,
+)
+from runs.status import FINISHED, Status
+from runs.limits import failed_outside_error
+
+log = logging.getLogger(__name__)
+
+# A result document with every round's samples of a large suite stays well under this.
+MAX_BODY_BYTES = 64 << 20
+MAX_TEXT = 4000
+
+
+class Refused(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def _body(request: HttpRequest) -> dict[str, Any]:
+    length = int(request.headers.get("Content-Length") or 0)
+    if length > MAX_BODY_BYTES:
+        raise Refused(413, "too_large", f"the body is {length} bytes; at most {MAX_BODY_BYTES} are read.")
+    raw = request.read(MAX_BODY_BYTES + 1)
+    if len(raw) > MAX_BODY_BYTES:
+        raise Refused(413, "too_large", f"the body exceeds {MAX_BODY_BYTES} bytes.")
+    try:
+        body = json.loads(raw or b"{}")
+    except (ValueError, UnicodeDecodeError):
+        raise Refused(400, "invalid_json", "the body is not JSON; send a JSON object.") from None
+    if not isinstance(body, dict):
+        raise Refused(400, "invalid_json", "the body must be a JSON object.")
+    return body
+
+
+def _text(body: dict[str, Any], name: str, *, required: bool = True, limit: int = MAX_TEXT) -> str:
+    value = body.get(name, "")
+    if not isinstance(value, str) or (required and not value.strip()):
+        raise Refused(400, "invalid_field", f"`{name}` must be a non-empty string.")
+    return value[:limit]
+
+
+def endpoint(method: str) -> Callable:
+    """Authenticate the runner key, parse the body, turn refusals into the JSON error contract."""
+
+    def wrap(view: Callable[..., Any]) -> Callable[..., HttpResponse]:
+        @csrf_exempt
+        @wraps(view)
+        def handle(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+            if request.method != method:
+                return error_response(405, "method_not_allowed", f"use {method}.")
+            header = request.headers.get("Authorization", "")
+            key = runner_key_for(header.removeprefix("Bearer ").strip()) if header.startswith("Bearer ") else None
+            if key is None:
+                return error_response(401, "unauthenticated", "present a live runner key: Authorization: Bearer "
+                                                              "<DYNO_RUNNER_TOKEN> (manage.py runner_key create).")
+            try:
+                body = _body(request) if method == "POST" else {}
+                answer = view(request, key, body, **kwargs)
+            except Refused as exc:
+                return error_response(exc.status, exc.code, exc.message)
+            return answer if isinstance(answer, HttpResponseBase) else JsonResponse(answer)
+
+        return handle
+
+    return wrap
+
+
+def _run_for(key: RunnerKey, run_id: str) -> Run:
+    """The run, if this key's hardware classes include it; 404 otherwise (as if it did not exist)."""
+    run = Run.objects.select_related("model_version", "repeat_of").filter(pk=run_id).first()
+    if run is None or not key.serves(run.hardware):
+        raise Refused(404, "not_found", "no such run for this runner key.")
+    return run
+
+
+def _held(run: Run, worker: str) -> None:
+    if run.status != Status.RUNNING or run.worker != worker:
+        raise Refused(409, "not_held", f"run {run.pk} is {run.status}, not running on {worker}: stop working on it.")
+
+
+def _worker(body: dict[str, Any]) -> str:
+    return _text(body, "worker", limit=200)
+
+
+def _job(run: Run) -> dict[str, Any]:
+    """Everything a runner needs to execute `run`: the runner reads nothing else."""
+    job: dict[str, Any] = {"run_id": str(run.pk), "kind": run.kind, "hardware": run.hardware, "profile": run.profile}
+    if run.kind == RunKind.AUDIT:
+        job.update(workload=run.workload, candidate_source=run.candidate_source)
+    else:
+        files = list(run.model_version.files.values("path", "size", "sha256"))
+        job.update(batch=run.batch, seq=run.seq, model_version=str(run.model_version_id), model_files=files,
+                   replay=run.repeat_of.artifact if run.repeat_of_id is not None else None)
+    return job
+
+
+@endpoint("POST")
+def claim(request: HttpRequest, key: RunnerKey, body: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """Take a queued run: its job, and the fingerprint the worker registered (to compare with now).
+
+    `again` (a retried request or a redelivered task) finds a run this worker already holds still
+    its own: a claim that landed but whose answer was lost. Without it, a run held by anyone is not
+    claimed again, by its own worker included (a stale message of a run it holds)."""
+    worker = _worker(body)
+    run = _run_for(key, run_id)
+    if not run_claim(run_id=run.pk, worker=worker):
+        run.refresh_from_db(fields=["status", "worker"])
+        if not (body.get("again") is True and run.status == Status.RUNNING and run.worker == worker):
+            raise Refused(409, "not_queued", f"run {run.pk} is {run.status}; nothing to do.")
+    registered = Runner.objects.filter(hostname=worker).values_list("fingerprint_sha256", flat=True).first()
+    return {"job": _job(run), "registered_fingerprint_sha256": registered}
+
+
+@endpoint("POST")
+def progress(request: HttpRequest, key: RunnerKey, body: dict[str, Any], run_id: str) -> dict[str, Any]:
+    worker = _worker(body)
+    run = _run_for(key, run_id)
+    fraction = body.get("fraction")
+    if not isinstance(fraction, (int, float)) or isinstance(fraction, bool):
+        raise Refused(400, "invalid_field", "`fraction` must be a number from 0 to 1.")
+    try:
+        run_progress(run_id=run.pk, worker=worker, fraction=float(fraction),
+                     message=_text(body, "message", required=False), stage=_text(body, "stage", required=False, limit=32) or None)
+    except RunCancelled:
+        run.refresh_from_db(fields=["status", "worker"])
+        _held(run, worker)
+    return {"ok": True}
+
+
+@endpoint("POST")
+def log_line(request: HttpRequest, key: RunnerKey, body: dict[str, Any], run_id: str) -> dict[str, Any]:
+    worker = _worker(body)
+    run = _run_for(key, run_id)
+    if run.worker != worker:  # its own runs only; a cancelled one still takes the note that it stopped
+        raise Refused(409, "not_held", f"run {run.pk} is not {worker}'s.")
+    level = body.get("level", "info")
+    run_log(run.pk, _text(body, "message"), level=level if level in ("info", "warning", "error") else "info")
+    return {"ok": True}
+
+
+@endpoint("POST")
+def succeed(request: HttpRequest, key: RunnerKey, body: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """Store a run's outcome, all at once (runs.services.run_succeed), with the calibration of the
+    runner that measured it. `stored` False: the run was cancelled or taken meanwhile."""
+    worker = _worker(body)
+    run = _run_for(key, run_id)
+    outcome = {name: body.get(name) for name in ("inventory", "result", "artifact")}
+    for name, value in outcome.items():
+        if value is not None and not isinstance(value, dict):
+            raise Refused(400, "invalid_field", f"`{name}` must be a JSON object or null.")
+    result = outcome.get("result")
+    summary = runner_calibration_summary(hostname=worker)
+    if isinstance(result, dict) and summary is not None:
+        result.setdefault("environment", {})["runner_calibration"] = summary
+    return {"stored": run_succeed(run_id=run.pk, worker=worker, **outcome)}
+
+
+@endpoint("POST")
+def fail(request: HttpRequest, key: RunnerKey, body: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """A run's failure, said by its worker; `outside` (a killed pool process, a hard time limit)
+    names what ended it, and the message is written here from the run's stage."""
+    run = _run_for(key, run_id)
+    worker = _text(body, "worker", required=False, limit=200) or None
+    outside = body.get("outside")
+    if outside is not None:
+        if run.status in FINISHED or (run.status == Status.RUNNING and worker and run.worker != worker):
+            return {"failed": False}  # a duplicate delivery's process died: the holder measures on
+        error = failed_outside_error(kind=str(outside), stage=run.stage, detail=_text(body, "error", required=False))
+        return {"failed": run_fail(run_id=run.pk, error=error, worker=run.worker if run.status == Status.RUNNING else None)}
+    if worker is None:
+        raise Refused(400, "invalid_field", "`worker` must be a non-empty string.")
+    return {"failed": run_fail(run_id=run.pk, error=_text(body, "error"), worker=worker)}
+
+
+@endpoint("GET")
+def model_file(request: HttpRequest, key: RunnerKey, body: dict[str, Any], run_id: str, name: str) -> HttpResponse:
+    """One file of the model version a running model run measures, for the worker that holds it."""
+    from catalog.services import version_path
+
+    run = _run_for(key, run_id)
+    if run.kind != RunKind.MODEL or run.status != Status.RUNNING or run.worker != request.GET.get("worker"):
+        raise Refused(404, "not_found", "no model files for this run now (only its worker reads them, while it runs).")
+    if not run.model_version.files.filter(path=name).exists():
+        raise Refused(404, "not_found", "no such file in this run's model version.")
+    root = version_path(run.model_version).resolve()
+    target = (root / name).resolve()
+    if root not in target.parents or not target.is_file():
+        raise Refused(404, "not_found", "no such file in this run's model version.")
+    return FileResponse(open(target, "rb"), content_type="application/octet-stream")
+
+
+def _hardware_of(key: RunnerKey, queues: list[str]) -> None:
+    served = [q for q in queues if q in settings.DYNO_HARDWARE_CLASSES]
+    refused = [q for q in served if not key.serves(q)]
+    if refused:
+        raise Refused(403, "out_of_scope", f"runner key {key.name} does not serve {', '.join(refused)}; "
+                                           f"it serves {', '.join(key.hardware)}.")
+
+
+@endpoint("POST")
+def register(request: HttpRequest, key: RunnerKey, body: dict[str, Any]) -> dict[str, Any]:
+    """A worker that (re)starts: whatever it held died with it; then it is registered."""
+    hostname = _text(body, "hostname", limit=200)
+    queues = body.get("queues")
+    fingerprint = body.get("fingerprint")
+    if not isinstance(queues, list) or not all(isinstance(q, str) for q in queues) or not isinstance(fingerprint, dict):
+        raise Refused(400, "invalid_field", "`queues` must be a list of names and `fingerprint` an object.")
+    _hardware_of(key, queues)
+    orphaned = runs_fail_held_by(worker=hostname)
+    if orphaned:
+        log.warning("%s restarted holding %d run(s); marked failed: %s", hostname, len(orphaned), orphaned)
+    runner = runner_register(hostname=hostname, queues=queues, fingerprint=fingerprint)
+    return {"hardware": runner.hardware, "failed_runs": orphaned}
+
+
+@endpoint("POST")
+def heartbeat(request: HttpRequest, key: RunnerKey, body: dict[str, Any]) -> dict[str, Any]:
+    hostname = _text(body, "hostname", limit=200)
+    executing = body.get("executing")
+    if not isinstance(executing, list) or not all(isinstance(r, str) for r in executing):
+        raise Refused(400, "invalid_field", "`executing` must be a list of run ids.")
+    runner_heartbeat(hostname=hostname)
+    runs_heartbeat(worker=hostname, executing=set(executing))
+    return {"ok": True}
+
+
+@endpoint("POST")
+def stopped(request: HttpRequest, key: RunnerKey, body: dict[str, Any]) -> dict[str, Any]:
+    runner_stopped(hostname=_text(body, "hostname", limit=200))
+    return {"ok": True}
+
+
+@endpoint("POST")
+def calibration(request: HttpRequest, key: RunnerKey, body: dict[str, Any]) -> dict[str, Any]:
+    document = body.get("calibration")
+    if not isinstance(document, dict):
+        raise Refused(400, "invalid_field", "`calibration` must be a dyno.calibration/1 object.")
+    runner_calibration_record(hostname=_text(body, "hostname", limit=200), calibration=document)
+    return {"ok": True}
+
+
+urlpatterns = [
+    path("runs/<uuid:run_id>/claim", claim, name="claim"),
+    path("runs/<uuid:run_id>/progress", progress, name="progress"),
+    path("runs/<uuid:run_id>/log", log_line, name="log"),
+    path("runs/<uuid:run_id>/succeed", succeed, name="succeed"),
+    path("runs/<uuid:run_id>/fail", fail, name="fail"),
+    path("runs/<uuid:run_id>/files/<path:name>", model_file, name="model-file"),
+    path("workers/register", register, name="register"),
+    path("workers/heartbeat", heartbeat, name="heartbeat"),
+    path("workers/stopped", stopped, name="stopped"),
+    path("workers/calibration", calibration, name="calibration"),
+]

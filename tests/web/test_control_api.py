@@ -1,0 +1,231 @@
+"""The control API: what a runner host, which holds no database credentials, may ask of the platform
+with its runner key, and what it may not."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from accounts.selectors import Actor
+from fleet.control_client import ControlClient, ControlRefused, ControlUnavailable, RunNotHeld
+from fleet.keys import runner_key_create, runner_key_revoke
+from runs.models import Run
+from runs.services import audit_start, run_cancel
+from runs.status import Status
+
+from .helpers import upload_version
+
+ROOT = Path(__file__).resolve().parents[2]
+HONEST = "import torch\n\ndef kernel(x, weight):\n    return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps=1e-6)\n"
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def owner(make_org):
+    org = make_org()
+    return org, Actor(roles={org.pk: "owner"})
+
+
+@pytest.fixture
+def queued(owner, django_capture_on_commit_callbacks):
+    org, actor = owner
+
+    def make(hardware: str = "cpu") -> Run:
+        with django_capture_on_commit_callbacks(execute=False):  # no broker message: this test is the runner
+            return audit_start(actor=actor, organization_id=org.pk, workload="rmsnorm", source=HONEST, hardware=hardware)
+
+    return make
+
+
+def test_it_refuses_a_request_without_a_live_runner_key(live_server, queued):
+    run = queued()
+    for token in ("", "dyno_runner_not-a-key", "Basic x"):
+        with pytest.raises(ControlRefused) as refused:
+            ControlClient(live_server.url, token, attempts=0).claim(str(run.pk), worker="w@host")
+        assert refused.value.status == 401 and "runner key" in refused.value.message
+    key, token = runner_key_create(name="gpu-pool", hardware=["cpu"])
+    assert key.token_sha256 == hashlib.sha256(token.encode()).hexdigest() and token not in json.dumps(key.hardware)
+    assert runner_key_revoke(name="gpu-pool")
+    with pytest.raises(ControlRefused) as refused:
+        ControlClient(live_server.url, token, attempts=0).claim(str(run.pk), worker="w@host")
+    assert refused.value.status == 401
+    assert Run.objects.get(pk=run.pk).status == Status.QUEUED  # nothing moved
+
+
+def test_a_key_reaches_only_the_runs_of_its_hardware_classes(live_server, queued):
+    run = queued("gpu-h100")
+    _, token = runner_key_create(name="cpu-only", hardware=["cpu"])
+    client = ControlClient(live_server.url, token, attempts=0)
+    with pytest.raises(ControlRefused) as refused:
+        client.claim(str(run.pk), worker="w@host")
+    assert refused.value.status == 404  # as if it did not exist
+    with pytest.raises(ControlRefused) as refused:
+        client.register(hostname="gpu0@host", queues=["gpu-h100"], fingerprint={})
+    assert refused.value.status == 403 and "does not serve gpu-h100" in refused.value.message
+
+
+def test_a_claim_hands_the_job_once_and_a_cancelled_run_stops_its_worker(live_server, queued, owner, runner_token):
+    run = queued()
+    client = ControlClient(live_server.url, runner_token, attempts=0)
+    claim = client.claim(str(run.pk), worker="w1@host")
+    assert claim["job"] == {"run_id": str(run.pk), "kind": "audit", "hardware": "cpu", "profile": run.profile,
+                            "workload": "rmsnorm", "candidate_source": HONEST}
+    assert claim["registered_fingerprint_sha256"] is None  # w1 never registered
+    # A claim that landed but whose answer was lost, asked again; a plain second claim (a stale
+    # message of a run the worker holds) and another worker's (a duplicate delivery) are refused.
+    assert client.claim(str(run.pk), worker="w1@host", again=True)["job"]["run_id"] == str(run.pk)
+    for worker in ("w1@host", "w2@host"):
+        with pytest.raises(RunNotHeld):
+            client.claim(str(run.pk), worker=worker)
+    with pytest.raises(RunNotHeld):
+        client.claim(str(run.pk), worker="w2@host", again=True)
+    client.progress(str(run.pk), worker="w1@host", fraction=0.5, message="halfway", stage="audit")
+    assert Run.objects.get(pk=run.pk).progress == 0.5
+    run_cancel(actor=owner[1], run=Run.objects.get(pk=run.pk))
+    with pytest.raises(RunNotHeld):
+        client.progress(str(run.pk), worker="w1@host", fraction=0.6)
+    client.log(str(run.pk), worker="w1@host", message="stopped: the run was cancelled", level="warning")
+    assert not client.succeed(str(run.pk), worker="w1@host", result={"verdict": "accepted"})
+    run.refresh_from_db()
+    assert run.status == Status.CANCELLED and run.result is None
+
+
+def test_an_outcome_is_stored_once_with_the_runners_calibration(live_server, queued, runner_token):
+    from fleet.models import Runner
+
+    run = queued()
+    client = ControlClient(live_server.url, runner_token, attempts=0)
+    assert client.register(hostname="w1@host", queues=["cpu"], fingerprint={"device": "cpu"})["hardware"] == "cpu"
+    client.calibration(hostname="w1@host", calibration={"profile": "cpu-ci", "verdict": {"billable": True, "message": "ok"}})
+    assert Runner.objects.get(hostname="w1@host").calibration_billable is True
+    claim = client.claim(str(run.pk), worker="w1@host")
+    assert claim["registered_fingerprint_sha256"] == Runner.objects.get(hostname="w1@host").fingerprint_sha256
+    result = {"schema": "dyno.suite-result/1", "verdict": "accepted", "workloads": []}
+    assert client.succeed(str(run.pk), worker="w1@host", result=result)
+    assert not client.succeed(str(run.pk), worker="w1@host", result=result)  # a retried store changes nothing
+    run.refresh_from_db()
+    assert run.status == Status.SUCCEEDED and run.events.filter(message="succeeded").count() == 1
+    assert run.result["environment"]["runner_calibration"]["billable"] is True
+    with pytest.raises(ControlRefused) as refused:
+        client.request(f"runs/{run.pk}/succeed", {"worker": "w1@host", "result": [1, 2]})
+    assert refused.value.status == 400 and "`result` must be a JSON object" in refused.value.message
+
+
+def test_a_runner_fetches_only_the_model_files_of_the_run_it_holds(live_server, owner, runner_token, sample_models,
+                                                                   media_root, tmp_path,
+                                                                   django_capture_on_commit_callbacks):
+    from runs.services import run_start
+
+    org, actor = owner
+    version = upload_version(org=org, folder=sample_models["llama"], actor=actor)
+    with django_capture_on_commit_callbacks(execute=False):
+        run = run_start(actor=actor, version=version, hardware="cpu", profile="cpu-ci", batch=1, seq=8)
+    client = ControlClient(live_server.url, runner_token, attempts=0)
+    files = list(version.files.values("path", "size", "sha256"))
+    with pytest.raises(ControlRefused) as refused:  # not claimed yet: nobody reads it
+        client.fetch_model(str(run.pk), worker="w1@host", files=files, version=str(version.pk), cache=tmp_path)
+    assert refused.value.status == 404
+    job = client.claim(str(run.pk), worker="w1@host")["job"]
+    assert sorted(f["path"] for f in job["model_files"]) == sorted(f["path"] for f in files)
+    with pytest.raises(ControlRefused):
+        client.fetch_model(str(run.pk), worker="w2@host", files=files, version=str(version.pk), cache=tmp_path)
+    folder = client.fetch_model(str(run.pk), worker="w1@host", files=job["model_files"], version=job["model_version"],
+                                cache=tmp_path / "cache")
+    for entry in files:
+        assert hashlib.sha256((folder / entry["path"]).read_bytes()).hexdigest() == entry["sha256"]
+    for name in ("../../../etc/passwd", "%2e%2e/secret"):
+        with pytest.raises(ControlRefused) as refused:
+            client.request(f"runs/{run.pk}/files/{name}?worker=w1@host", read=lambda r: r.read())
+        assert refused.value.status in (400, 404)
+    tampered = [{**files[0], "sha256": "0" * 64}]
+    with pytest.raises(ControlUnavailable, match="wrong SHA-256"):
+        client.fetch_model(str(run.pk), worker="w1@host", files=tampered, version="other", cache=tmp_path / "cache")
+
+
+class _Flaky(BaseHTTPRequestHandler):
+    """A platform that answers 503 `failures` times, then 200 (or `status` for good)."""
+
+    failures = 0
+    status = 200
+    seen: list[str] = []
+    bodies: list[dict] = []
+
+    def do_POST(self) -> None:  # noqa: N802
+        type(self).bodies.append(json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0))))
+        type(self).seen.append(self.path)
+        if type(self).failures > 0:
+            type(self).failures -= 1
+            code, body = 503, b'{"error": {"code": "down", "message": "restarting"}}'
+        else:
+            code = type(self).status
+            body = b'{"ok": true}' if code == 200 else b'{"error": {"code": "invalid_field", "message": "no"}}'
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.mark.django_db(transaction=False)
+def test_the_client_retries_transient_failures_a_bounded_number_of_times_and_never_a_refusal():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        sleeps: list[float] = []
+        _Flaky.failures, _Flaky.status = 2, 200
+        ControlClient(url, "t", attempts=4, sleep=sleeps.append).heartbeat(hostname="w", executing=[])
+        assert sleeps == [1.0, 2.0]
+        _Flaky.failures, sleeps[:] = 10, []
+        with pytest.raises(ControlUnavailable, match="after 3 tries"):
+            ControlClient(url, "t", attempts=2, sleep=sleeps.append).heartbeat(hostname="w", executing=[])
+        assert sleeps == [1.0, 2.0]
+        _Flaky.failures, _Flaky.status, sleeps[:] = 0, 400, []
+        _Flaky.seen.clear()
+        with pytest.raises(ControlRefused):
+            ControlClient(url, "t", attempts=4, sleep=sleeps.append).heartbeat(hostname="w", executing=[])
+        assert sleeps == [] and len(_Flaky.seen) == 1  # a refusal is an answer: never sent again
+        # A retried claim says that the first try may have landed (so its own claim is handed back).
+        _Flaky.failures, _Flaky.status = 1, 200
+        _Flaky.bodies.clear()
+        ControlClient(url, "t", attempts=2, sleep=sleeps.append).claim("r", worker="w")
+        assert [b["again"] for b in _Flaky.bodies] == [False, True]
+    finally:
+        server.shutdown()
+    with pytest.raises(ControlUnavailable):  # nothing listens there
+        ControlClient(url, "t", attempts=0).heartbeat(hostname="w", executing=[])
+
+
+@pytest.mark.django_db(transaction=False)
+def test_a_runner_holds_no_database_credentials():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DYNO_")}
+    env.update(DYNO_ENV="development", DYNO_ROLE="runner")
+    refused = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True,
+                             timeout=120)
+    assert refused.returncode != 0 and "DYNO_ROLE=runner holds no database credentials" in refused.stderr
+    env.pop("DATABASE_URL", None)
+    probe = ("import django; django.setup()\n"
+             "import runs.runner, fleet.worker, fleet.tasks\n"  # what a runner worker loads
+             "from runs.models import Run\n"
+             "try:\n    Run.objects.count()\nexcept Exception as exc:\n    print('refused', type(exc).__name__)\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT / "platform",
+                          env={**env, "DJANGO_SETTINGS_MODULE": "dyno.settings"}, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "refused ImproperlyConfigured" in done.stdout
+    env.update(DYNO_ENV="production", CELERY_BROKER_URL="redis://127.0.0.1:6379/0")
+    missing = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True,
+                             timeout=120)
+    assert missing.returncode != 0 and "needs DYNO_CONTROL_URL, DYNO_RUNNER_TOKEN" in missing.stderr
