@@ -95,8 +95,9 @@ class Protocol:
     aa_target_half_width: float = 0.0
     extend_rounds: int = 10
     max_rounds_factor: int = 1
-    # Whole-model audit: CPU the optimized worker may use while another worker is measured, beyond
-    # what the trusted workers use then (0 on the development VM: after settling, every waiting
+    # Kernel and whole-model audits (runners.audit.rounds): CPU the candidate's (or optimized
+    # model's) worker may use per round while other arms are measured, beyond what the trusted
+    # workers use then (0 on the development VM: after settling, every waiting
     # worker is blocked). Workers share the measurement cores, so work there steals from, and
     # pollutes the caches of, the arm being measured.
     interference_abs_s: float = 0.0005

@@ -30,6 +30,7 @@ from runners import checks, measure, result, stats, suite
 from runners.artifact import applier_source, artifact_document
 from runners.audit.model_inputs import POOL_SLACK, commit_weights
 from runners.audit.model_sample import ModelSample, stepped_sample
+from runners.audit.rounds import Interference, Round, interference_excess
 from runners.measure import Protocol
 from runners.modelload import read_config
 from runners.sandbox import Sandbox, SandboxConfig, SandboxError, Worker
@@ -362,7 +363,10 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
         ledger = measure.CpuLedger()
         ordered = list(slots.values())
         samples: dict[str, list[float]] = {slot.label: [] for slot in ordered}
-        meanwhile: dict[str, list[float]] = {slot.label: [] for slot in ordered}  # CPU during others' windows, per round
+        interference = Interference([slot.label for slot in ordered])  # CPU during others' windows, per round
+        engine: Round[_Slot, ModelSample] = Round(
+            ordered, order=order_rng, interference=interference,
+            settle=lambda: measure.settle(workers, max_wait_s=protocol.settle_max_s))
         total = protocol.warmup_rounds + (_phase_rounds(protocol, calls * per_call) if extend else protocol.rounds)
         for round_index in range(total):
             measured = round_index >= protocol.warmup_rounds
@@ -373,14 +377,11 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
             request = _round_request(phase, secrets.randbits(63), calls=calls, vocab=vocab,
                                      batch=batch, seq=seq, commit_seed=commit_seed)
             ledger.next_round()
-            records: dict[str, ModelSample] = {}
-            for values in meanwhile.values():
-                values.append(0.0)
 
-            def step(slot: _Slot, action: Callable[[], Any]) -> None:
+            def step(slot: _Slot, action: Callable[[], Any]) -> Any:
                 """Run `action` for `slot`; a reference point that fails is left out of the phase."""
                 try:
-                    action()
+                    return action()
                 except SandboxError as exc:
                     if not slot.label.startswith("ref:"):
                         raise
@@ -389,29 +390,24 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
                     samples.pop(slot.label, None)
                     records.pop(slot.label, None)
                     outcome.notes.append(f"reference point {slot.label[4:]} left out of {phase}: {exc.message}"[:500])
+                    return None
 
             def prepare(slot: _Slot) -> None:
                 ledger.enter(slot.worker, "prepare")
                 slot.worker.call("prepare", timeout=limit, **request)
                 ledger.enter(slot.worker, "idle")
 
-            def sample(slot: _Slot) -> None:
-                measure.settle(workers, max_wait_s=protocol.settle_max_s)
-                others = [s for s in ordered if s is not slot]
-                before = [s.worker.cpu_ns() for s in others]
+            def sample(slot: _Slot) -> ModelSample:
                 ledger.enter(slot.worker, "window")
-                records[slot.label] = stepped_sample(slot.worker, offsets, timeout=limit,
-                                                     discount=_discounts(protocol, slot.worker, device))
+                record = stepped_sample(slot.worker, offsets, timeout=limit, discount=_discounts(protocol, slot.worker, device))
                 ledger.enter(slot.worker, "idle")
-                # What every other worker used while this one was measured: nothing, if it waits.
-                for other, start in zip(others, before):
-                    meanwhile[other.label][-1] += max(0, other.worker.cpu_ns() - start) / 1e9
+                return record
 
+            records: dict[str, ModelSample] = {}
             for slot in list(ordered):
                 step(slot, lambda slot=slot: prepare(slot))
             offsets = _reveal(phase, reveal_rng, calls=calls, vocab=vocab, batch=batch)
-            for slot in [ordered[int(position)] for position in order_rng.permutation(len(ordered))]:
-                step(slot, lambda slot=slot: sample(slot))
+            records.update(engine.run(lambda slot: step(slot, lambda: sample(slot))))
             _check_round(outcome, slots, records, protocol, round_index=round_index, rng=check_rng, calls=calls,
                          length=seq if phase == "prefill" else 1, batch=batch, commit_seed=commit_seed, device=device,
                          timeout=limit, compare_aa=round_index == 0)
@@ -425,7 +421,8 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
         for slot in ordered:
             ledger.enter(slot.worker, "idle")
         outcome.slots = samples
-        outcome.meanwhile = {label: values[protocol.warmup_rounds:] for label, values in meanwhile.items()}
+        outcome.meanwhile = {label: values[protocol.warmup_rounds:] for label, values in interference.per_round.items()
+                             if label in samples}
         if outcome.verdict == "accepted":
             _judge_background(outcome, slots, ledger, protocol, warmup=protocol.warmup_rounds, seed=seed)
     except SandboxError as exc:
@@ -475,12 +472,9 @@ def _judge_background(outcome: _PhaseOutcome, slots: dict[str, _Slot], ledger: m
     if len(idle_c) < _MIN_JUDGED_ROUNDS:
         return
     options = {"resamples": protocol.bootstrap_resamples, "confidence": protocol.confidence}
-    during = outcome.meanwhile.get("optimized") or []
-    during_t = [sum(v) / len(v) for v in zip(*(outcome.meanwhile.get(label) or [] for label in ("baseline", "aa")))]
-    if during and len(during) == len(during_t):
-        # The mean, not a median's bound: a waiting worker uses no CPU at all, and work aimed at
-        # the others' windows misses the rounds in which the optimized worker is measured last.
-        excess = sum(c - t for c, t in zip(during, during_t)) / len(during)
+    excess = interference_excess(outcome.meanwhile.get("optimized") or [],
+                                 [outcome.meanwhile.get(label) or [] for label in ("baseline", "aa")])
+    if excess is not None:
         if excess > protocol.interference_abs_s:
             outcome.fail(Reason("integrity.background_cpu", f"{outcome.phase}: the optimized model's worker used {excess * 1e3:.2f} ms "
                                                             "more CPU per round than trusted workers while other workers were measured "

@@ -19,6 +19,7 @@ import torch
 from runners import checks, measure, stats, suite
 from runners.audit.inputs import SharedInputs, slots_for
 from runners.audit.outcome import CHECK_PHASE_CHECKS, TIMING_CHECKS, Outcome
+from runners.audit.rounds import Interference, Round, interference_excess
 from runners.audit.sample import Sample, overlaps, read_outputs, timed_sample
 from runners.audit.session import AuditSession, Binding, HarnessError
 from runners.measure import Protocol
@@ -287,6 +288,9 @@ class KernelAudit:
         for slot in slots:
             slot.cpu_mark = slot.worker.cpu_ns()
         generation = 0
+        interference = Interference([slot.label for slot in slots])
+        engine: Round[_Slot, Sample] = Round(slots, order=order, interference=interference,
+                                             settle=lambda: measure.settle(everyone, max_wait_s=protocol.settle_max_s))
         for round_index, (round_generation, warmup) in enumerate(schedule):
             if self.deadline is not None and round_index > protocol.warmup_rounds and time.monotonic() > self.deadline:
                 break
@@ -305,11 +309,9 @@ class KernelAudit:
             if distribution != "normal":
                 self.inputs.fill(seed=suite.derive_seed(round_seed, "special"), slots=[special], distribution=distribution)
             commit = self._commit_fields()
-            records: dict[str, Sample] = {}
             layout = list(range(calls))
-            for position in order.permutation(len(slots)):
-                slot = slots[int(position)]
-                measure.settle(everyone, max_wait_s=protocol.settle_max_s)
+
+            def sample_arm(slot: _Slot) -> Sample:
                 # The candidate's outputs of a few calls, drawn now from a secret source, are read
                 # the moment it says each is done (stepped samples): outputs finished later, with
                 # the next calls' inputs in hand, do not match them.
@@ -327,9 +329,14 @@ class KernelAudit:
                 if sample.frozen:
                     # Thawed while the others are measured (kept frozen until its next sample, a
                     # short A/A check showed wider intervals; not confirmed by the full benchmark):
-                    # what a thawed worker does meanwhile is CPU in its next figure.
+                    # what a thawed worker does meanwhile is CPU in its next figure, and in the
+                    # round's interference figure.
                     slot.worker.thaw()
-                records[slot.label] = sample
+                return sample
+
+            records = engine.run(sample_arm)
+            for label, record in records.items():
+                record.meanwhile_s = interference.per_round[label][-1]
             widened = self.candidate.cpus_widened()
             if widened:
                 self.outcome.fail([Reason("integrity.cpus_widened", f"round {round_index + 1}: the candidate's threads may run on core(s) {widened}, outside the measurement cores {self.session.sandbox.config.cpus}")])
@@ -636,10 +643,33 @@ def judge_timing(outcome: Outcome, slots: list[_Slot], rounds: list[dict[str, Sa
             )])
         if not device.startswith("cuda") and all(r[s.label].stepped or r[s.label].cpu_timed_ns is not None for r in rounds for s in trusted):
             _judge_cpu(outcome, summary, candidate, trusted, rounds, protocol, seed=seed, checked=not problems and judge_hidden)
+        _judge_interference(outcome, summary, trusted, rounds, protocol, checked=judge_hidden)
     stepped = bool(candidate.samples) and all(s.stepped for s in candidate.samples)
     summary["calls_revealed_one_at_a_time"] = stepped
     outcome.timing.update(summary)
     outcome.passed([name for name in TIMING_CHECKS if stepped or name != "calls_one_at_a_time"])
+
+
+def _judge_interference(outcome: Outcome, summary: dict[str, Any], trusted: list[_Slot], rounds: list[dict[str, Sample]],
+                        protocol: Protocol, *, checked: bool) -> None:
+    """CPU the candidate's tree used while the other arms were measured (runners.audit.rounds),
+    beyond what the trusted workers used in theirs: after settling, a waiting worker uses none.
+    Workers share the measurement cores, so such work slows or cools the arm being measured (the
+    baseline, whose time is the speedup's numerator) whatever it costs the candidate's own figure."""
+    labels = {label for r in rounds for label in r}
+    summary["cpu_while_others_measured_s"] = {
+        label: sum(r[label].meanwhile_s for r in rounds if label in r) / len(rounds) for label in sorted(labels)}
+    excess = interference_excess([r["candidate"].meanwhile_s for r in rounds],
+                                 [[r[s.label].meanwhile_s for r in rounds] for s in trusted])
+    if excess is None:
+        return
+    summary["cpu_while_others_measured_extra_s"] = excess
+    if checked and len(rounds) >= MIN_JUDGED_ROUNDS and excess > protocol.interference_abs_s:
+        outcome.fail([Reason(
+            "integrity.background_cpu",
+            f"the candidate's processes used {excess * 1e3:.2f} ms more CPU per round than trusted workers while other "
+            f"arms were measured on the same cores ({protocol.interference_abs_s * 1e3:.2f} ms allowed)",
+        )])
 
 
 def _outside_s(sample: Sample, cores: int) -> float:

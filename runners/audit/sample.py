@@ -44,6 +44,7 @@ class Sample:
     request_ns: int = 0  # the parent's clock, request sent to reply received
     gaps_ns: int = 0  # stepped: between a call seen done and the next announced (the parent's copies and snapshots)
     call_windows: list[int] = field(default_factory=list)  # stepped: each call's window on the parent's clock
+    meanwhile_s: float = 0.0  # CPU of the tree while other arms of the round were measured (runners.audit.rounds)
 
     @property
     def unaccounted_s(self) -> float:

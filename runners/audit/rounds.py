@@ -1,0 +1,88 @@
+"""The round engine shared by kernel audits (runners.audit.kernel) and whole-model audits
+(runners.modelaudit). Trusted side.
+
+One round times every arm once (baseline, candidate or optimized model, the A/A control, reference
+points), in an order drawn from a secret source, each window opened only after every process has
+gone quiet (`measure.settle`), and records what every other arm's process tree used while one was
+measured. After settling, a waiting worker is blocked on its pipe and uses nothing: CPU it spends
+in another arm's window is work aimed at that window (stealing its cores, cooling its caches) or
+hidden there, and `judge_interference` holds it to the trusted arms' figure.
+
+What differs between the two audits stays with them: what a sample is (a kernel's stepped calls
+against shared inputs; a model's forward passes by request), what each round prepares and checks,
+and how many rounds they take.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Generic, Protocol as TypingProtocol, Sequence, TypeVar
+
+import numpy as np
+
+from runners.sandbox import Worker
+
+
+class Arm(TypingProtocol):
+    label: str
+    worker: Worker
+
+
+A = TypeVar("A", bound=Arm)
+R = TypeVar("R")
+
+
+class Interference:
+    """CPU seconds each arm's tree used while other arms were measured, one value per round."""
+
+    def __init__(self, labels: Sequence[str]) -> None:
+        self.per_round: dict[str, list[float]] = {label: [] for label in labels}
+
+    def next_round(self) -> None:
+        for values in self.per_round.values():
+            values.append(0.0)
+
+    def add(self, label: str, seconds: float) -> None:
+        values = self.per_round.setdefault(label, [0.0])
+        values[-1] += max(0.0, seconds)
+
+    def rounds(self, selected: Sequence[int]) -> dict[str, list[float]]:
+        """The rounds at `selected` indices (the measured ones), per arm."""
+        return {label: [values[i] for i in selected if i < len(values)] for label, values in self.per_round.items()}
+
+
+class Round(Generic[A, R]):
+    """One interleaved round over `arms` (a live list: an arm the caller removes mid-round, such
+    as a reference point that failed, is no longer counted as another arm's neighbour)."""
+
+    def __init__(self, arms: list[A], *, order: np.random.Generator, settle: Callable[[], object],
+                 interference: Interference) -> None:
+        self.arms, self.order, self.settle, self.interference = arms, order, settle, interference
+
+    def run(self, sample: Callable[[A], R | None]) -> dict[str, R]:
+        """`sample(arm)` for every arm in a secret order; the records by label (None: no record)."""
+        self.interference.next_round()
+        records: dict[str, R] = {}
+        for arm in [self.arms[int(position)] for position in self.order.permutation(len(self.arms))]:
+            if arm not in self.arms:
+                continue
+            self.settle()
+            others = [other for other in self.arms if other is not arm]
+            before = [other.worker.cpu_ns() for other in others]
+            record = sample(arm)
+            if record is not None:
+                records[arm.label] = record
+            for other, start in zip(others, before):
+                if other in self.arms:
+                    self.interference.add(other.label, (other.worker.cpu_ns() - start) / 1e9)
+        return records
+
+
+def interference_excess(during: Sequence[float], trusted: Sequence[Sequence[float]]) -> float | None:
+    """The candidate's mean CPU per round in other arms' windows beyond the trusted arms' mean; None
+    without rounds to compare. The mean, not a median's bound: a waiting worker uses no CPU at all,
+    and work aimed at other windows misses the rounds in which the candidate is measured last."""
+    rows = [values for values in trusted if values]
+    if not during or not rows or any(len(values) != len(during) for values in rows):
+        return None
+    trusted_mean = [sum(column) / len(column) for column in zip(*rows)]
+    return sum(c - t for c, t in zip(during, trusted_mean)) / len(during)

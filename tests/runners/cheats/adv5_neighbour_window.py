@@ -1,0 +1,42 @@
+"""Computes honestly, and makes the arm measured after it slower: when a sample's reply has gone, a
+timer signal in the worker's own main thread (no thread or process is left for the harness to
+find) fires after the harness's settling check, and the handler streams through memory on the
+shared cores for 2 ms, inside the next arm's window (the baseline's, in most rounds). On a
+small sample its CPU is also hidden work; on a large one it fits that allowance, and the round
+engine's figure of CPU spent while other arms were measured is what catches it."""
+# workload: rmsnorm
+# verdict: rejected
+# expect: integrity.background_cpu
+import signal
+import time
+
+import torch
+import torch.nn.functional as F
+
+import runners.audit.worker as harness
+
+_scratch = bytearray(16 << 20)
+
+
+def _stream(signum, frame) -> None:
+    end = time.perf_counter() + 0.002
+    while time.perf_counter() < end:
+        for i in range(0, len(_scratch), 4096):
+            _scratch[i] = (_scratch[i] + 1) & 255
+
+
+signal.signal(signal.SIGALRM, _stream)
+_run = harness.KernelWorker.op_run
+
+
+def _op_run(self, header):
+    reply = _run(self, header)
+    signal.setitimer(signal.ITIMER_REAL, 0.015)  # after the reply, the parent's reads and the next settling
+    return reply
+
+
+harness.KernelWorker.op_run = _op_run
+
+
+def kernel(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return F.rms_norm(x, (x.shape[-1],), weight, 1e-6)
