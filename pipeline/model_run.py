@@ -19,7 +19,7 @@ from optimizer.cache import JsonlTuningCache
 from optimizer.model import OptimizationArtifact
 from pipeline import optimized
 from runners import evaluate, modelplan
-from runners import profile as profiling
+from runners import inventory as inventories
 from runners.fingerprint import environment_fingerprint
 
 Progress = Callable[[float, str, str], None]  # (fraction of the whole run, message, stage)
@@ -54,7 +54,7 @@ def run_model_pipeline(model_dir: Path, *, batch: int, seq: int, profile: str, d
 
     seconds: dict[str, float] = {}
     started = time.monotonic()
-    inventory = profiling.profile_model(model_dir, batch=batch, seq=seq, device=device, progress=part(_PROFILE, "profile"))
+    inventory = inventories.take_inventory(model_dir, batch=batch, seq=seq, device=device, progress=part(_PROFILE, "profile"))
     seconds["profile"] = time.monotonic() - started
 
     replayed = dict((replay or {}).get("audited") or {})

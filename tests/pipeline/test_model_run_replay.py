@@ -10,14 +10,14 @@ import runners.evaluate
 from optimizer.model import OptimizationArtifact
 from pipeline import model_run, optimized
 from runners import modelplan
-from runners.profile import profile_model
+from runners.inventory import take_inventory
 
 SOURCE = "import torch\n\ndef kernel(*inputs):\n    return inputs[0]  # {key}\n"
 
 
 @pytest.fixture(scope="module")
 def llama_inventory(sample_models):
-    return profile_model(sample_models["llama"], batch=1, seq=8, device="cpu")
+    return take_inventory(sample_models["llama"], batch=1, seq=8, device="cpu")
 
 
 @pytest.fixture
@@ -46,7 +46,7 @@ def _artifact(audited: dict[str, str]) -> dict:
 
 def test_a_first_run_records_the_kernels_it_audited_in_its_artifact(sample_models, llama_inventory, measured,
                                                                      monkeypatch, tmp_path):
-    monkeypatch.setattr("runners.profile.profile_model", lambda *a, **k: llama_inventory)
+    monkeypatch.setattr("runners.inventory.take_inventory", lambda *a, **k: llama_inventory)
 
     def tune_specs(specs, **kwargs):
         return {s.key: SOURCE.format(key=s.key) for s in specs}, []
@@ -63,7 +63,7 @@ def test_a_first_run_records_the_kernels_it_audited_in_its_artifact(sample_model
 
 def test_a_replay_tunes_nothing_and_measures_the_same_kernels_and_artifact(sample_models, llama_inventory, measured,
                                                                            monkeypatch, tmp_path):
-    monkeypatch.setattr("runners.profile.profile_model", lambda *a, **k: llama_inventory)
+    monkeypatch.setattr("runners.inventory.take_inventory", lambda *a, **k: llama_inventory)
 
     def refuse(*args, **kwargs):
         raise AssertionError("a re-audit must not tune or optimize again")

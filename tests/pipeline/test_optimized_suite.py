@@ -103,7 +103,7 @@ def test_it_refuses_a_tuning_cache_it_cannot_write_before_tuning(tmp_path):
 def test_it_keys_the_tuning_cache_like_the_model_pipeline(monkeypatch, tmp_path):
     """Suite runs and model runs on one runner share their tuning decisions: the pipeline tunes under
     the label a suite run computes, which stays put between runs on one machine."""
-    import runners.profile
+    import runners.inventory
 
     class Tuned(Exception):
         pass
@@ -111,7 +111,7 @@ def test_it_keys_the_tuning_cache_like_the_model_pipeline(monkeypatch, tmp_path)
     def tune_specs(specs, *, hardware, **kwargs):
         raise Tuned(hardware)
 
-    monkeypatch.setattr(runners.profile, "profile_model", lambda *args, **kwargs: {"workloads": []})
+    monkeypatch.setattr(runners.inventory, "take_inventory", lambda *args, **kwargs: {"workloads": []})
     monkeypatch.setattr(optimized, "tune_specs", tune_specs)
     with pytest.raises(Tuned) as tuned:
         model_run.run_model_pipeline(tmp_path, batch=1, seq=8, profile="cpu-ci", device="cpu",

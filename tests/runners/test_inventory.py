@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from runners.modelload import UnsupportedModel, load_model, resolve_model_class
-from runners.profile import SCHEMA, Family, profile_model
+from runners.inventory import SCHEMA, Family, take_inventory
 from runners.samples import write_sample_model
 
 BATCH, SEQ = 2, 8
@@ -26,7 +26,7 @@ def samples(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def inventories(samples: dict[str, Path]) -> dict[str, dict[str, Any]]:
-    return {family: profile_model(path, batch=BATCH, seq=SEQ, repeats=2) for family, path in samples.items()}
+    return {family: take_inventory(path, batch=BATCH, seq=SEQ, repeats=2) for family, path in samples.items()}
 
 
 def entries(inventory: dict[str, Any], family: str) -> list[dict[str, Any]]:
@@ -127,7 +127,7 @@ def test_it_finds_the_selective_scan_of_mamba(inventories: dict[str, dict[str, A
 
 def test_it_reports_progress_up_to_done(samples: dict[str, Path]) -> None:
     seen: list[tuple[float, str]] = []
-    profile_model(samples["llama"], batch=1, seq=4, repeats=1, progress=lambda f, m: seen.append((f, m)))
+    take_inventory(samples["llama"], batch=1, seq=4, repeats=1, progress=lambda f, m: seen.append((f, m)))
     fractions = [f for f, _ in seen]
     assert fractions == sorted(fractions) and fractions[0] == 0.0 and fractions[-1] == 1.0
     assert all(message for _, message in seen)
@@ -137,17 +137,17 @@ def test_it_restores_the_modeling_functions_it_wraps(samples: dict[str, Path]) -
     from transformers.models.llama import modeling_llama
 
     before = (modeling_llama.apply_rotary_pos_emb, modeling_llama.eager_attention_forward)
-    profile_model(samples["llama"], batch=1, seq=4, repeats=1)
+    take_inventory(samples["llama"], batch=1, seq=4, repeats=1)
     assert (modeling_llama.apply_rotary_pos_emb, modeling_llama.eager_attention_forward) == before
 
 
 def test_it_profiles_eager_attention_too(samples: dict[str, Path]) -> None:
-    from runners.profile import inventory, make_inputs
+    from runners.inventory import instrumented_inventory, make_inputs
 
     model, config = load_model(samples["llama"])
     model.set_attn_implementation("eager")
     inputs = make_inputs(model, config, batch=BATCH, seq=SEQ, device="cpu")
-    workloads, _ = inventory(model, config, inputs, "cpu", passes=1)
+    workloads, _ = instrumented_inventory(model, config, inputs, "cpu", passes=1)
     [attention] = [w for w in workloads if w["family"] == "attention_prefill"]
     assert attention["attrs"]["causal"] is True and attention["shape"]["Hkv"] == KV_HEADS
     # The eager path's matmuls and softmax are the attention's, not free-standing GEMMs.
@@ -157,7 +157,7 @@ def test_it_profiles_eager_attention_too(samples: dict[str, Path]) -> None:
 
 def test_it_refuses_a_sequence_longer_than_the_model_allows(samples: dict[str, Path]) -> None:
     with pytest.raises(ValueError, match="max_position_embeddings"):
-        profile_model(samples["bert"], batch=1, seq=513, repeats=1)
+        take_inventory(samples["bert"], batch=1, seq=513, repeats=1)
 
 
 # -- loading ------------------------------------------------------------------------------------
@@ -206,16 +206,16 @@ def test_a_card_too_large_for_the_profile_memory_fails_cleanly_and_the_limit_com
     a sandboxed worker: it fails with a message, and the process's own limit is restored."""
     import resource
 
-    from runners.profile import ProfileMemoryExceeded
+    from runners.inventory import InventoryMemoryExceeded
 
     card = write_sample_model(tmp_path / "card", "llama", weights=False)
     config = json.loads((card / "config.json").read_text())
     config.update(hidden_size=4096, intermediate_size=11008, num_hidden_layers=8, vocab_size=32000)
     (card / "config.json").write_text(json.dumps(config))
     before = resource.getrlimit(resource.RLIMIT_AS)
-    with pytest.raises(ProfileMemoryExceeded, match="0.2 GiB a profile may use"):
-        profile_model(card, batch=1, seq=8, memory_bytes=200 << 20)
+    with pytest.raises(InventoryMemoryExceeded, match="0.2 GiB an inventory may use"):
+        take_inventory(card, batch=1, seq=8, memory_bytes=200 << 20)
     assert resource.getrlimit(resource.RLIMIT_AS) == before
     tiny = write_sample_model(tmp_path / "tiny", "llama", weights=False)
-    assert profile_model(tiny, batch=1, seq=8, repeats=1, memory_bytes=2 << 30)["workloads"]  # fits its window
+    assert take_inventory(tiny, batch=1, seq=8, repeats=1, memory_bytes=2 << 30)["workloads"]  # fits its window
     assert resource.getrlimit(resource.RLIMIT_AS) == before

@@ -2,7 +2,8 @@
 which shapes and dtypes, how often, and how much eager time each takes; plus its eager latency.
 
 How the inventory is taken. After the timed passes the model runs a few more forwards (the first
-one discarded, see `inventory`) under three kinds of instruments, none of which changes what runs: forward hooks on the modules that are a workload
+one discarded, see `instrumented_inventory`) under three kinds of instruments, none of which changes
+what runs: forward hooks on the modules that are a workload
 (norms, linears, gated MLPs, MoE blocks, SSM mixers), a TorchFunctionMode that sees
 `F.scaled_dot_product_attention` calls, and wrappers around the modeling module's own
 `apply_rotary_pos_emb` / `eager_attention_forward`. Together they keep a stack of open *scopes*.
@@ -17,8 +18,8 @@ Shape conventions (tokens are flattened, as the kernels see them):
 - rmsnorm / layernorm {R, H}: R rows of H. softmax {R, C}. swiglu {R, F}: gate and up are [R, F].
 - rope {B, H, Hkv, S, D}: q is [B,H,S,D], k is [B,Hkv,S,D].
 - attention_prefill {B, Hq, Hkv, S, D} with attrs.causal (False for encoders such as BERT);
-  attention_decode {B, Hq, Hkv, L, D} (one query against L cached keys; `profile_model` runs
-  prefill forwards only, so it appears when `inventory` is given decode inputs).
+  attention_decode {B, Hq, Hkv, L, D} (one query against L cached keys; `take_inventory` runs
+  prefill forwards only, so it appears when `instrumented_inventory` is given decode inputs).
 - moe {T, H, F, E, topk}: T tokens of width H routed top-k over E experts of intermediate size F.
 - ssm_scan {B, D, L, N}: B sequences of length L, D = the mixer's inner width, N = the state size.
   The mixer's own work except its projections (GEMMs) and its causal conv1d (unclassified) counts.
@@ -479,7 +480,7 @@ def _instrumented(model: torch.nn.Module, recorder: _Recorder) -> Iterator[None]
 
     The function wrappers replace module globals of the model's modeling files, so another thread
     running the same architecture in this process during the pass would be recorded too: runners
-    profile one model per process.
+    inventory one model per process.
     """
     with ExitStack() as stack:
         for module in model.modules():
@@ -516,7 +517,7 @@ def _attach_scope_hooks(stack: ExitStack, module: torch.nn.Module, factory: Scop
     stack.callback(module.register_forward_hook(after, with_kwargs=True).remove)
 
 
-# -- the profile --------------------------------------------------------------------------------
+# -- the inventory ------------------------------------------------------------------------------
 
 
 def _device_sync(device: torch.device) -> Callable[[], None]:
@@ -557,7 +558,7 @@ def _main_dtype(model: torch.nn.Module) -> str:
     return _dtype_name(max(by_dtype, key=by_dtype.__getitem__)) if by_dtype else "float32"
 
 
-def inventory(
+def instrumented_inventory(
     model: torch.nn.Module,
     config: transformers.PretrainedConfig,
     inputs: dict[str, torch.Tensor],
@@ -610,8 +611,8 @@ def inventory(
 PROFILE_MEMORY_BYTES = 8 << 30
 
 
-class ProfileMemoryExceeded(MemoryError):
-    """The model did not fit in the memory a profile may use; the message says how much that is."""
+class InventoryMemoryExceeded(MemoryError):
+    """The model did not fit in the memory an inventory may use; the message says how much that is."""
 
 
 @contextmanager
@@ -637,7 +638,7 @@ def address_space_window(extra_bytes: int) -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
-def profile_model(
+def take_inventory(
     model_dir: Path,
     *,
     batch: int,
@@ -654,24 +655,24 @@ def profile_model(
     schema `dyno.inventory/1` (see the module docstring for the shape keys). On CPU the model is
     built and run under an address-space window of `memory_bytes` beyond what the process maps
     (None: no window; a GPU's driver maps far more address space than it uses, so none there):
-    a model that needs more raises ProfileMemoryExceeded.
+    a model that needs more raises InventoryMemoryExceeded.
     """
     if memory_bytes is None or device != "cpu":
-        return _profile_model(Path(model_dir), batch=batch, seq=seq, device=device, repeats=repeats,
+        return _take_inventory(Path(model_dir), batch=batch, seq=seq, device=device, repeats=repeats,
                               progress=progress, seed=seed)
     try:
         with address_space_window(memory_bytes):
-            return _profile_model(Path(model_dir), batch=batch, seq=seq, device=device, repeats=repeats,
+            return _take_inventory(Path(model_dir), batch=batch, seq=seq, device=device, repeats=repeats,
                                   progress=progress, seed=seed)
     except (MemoryError, RuntimeError) as exc:
         if isinstance(exc, RuntimeError) and "alloc" not in str(exc).lower():
             raise
-        raise ProfileMemoryExceeded(
-            f"the model needs more than the {memory_bytes / 2**30:.1f} GiB a profile may use at batch {batch} x seq "
+        raise InventoryMemoryExceeded(
+            f"the model needs more than the {memory_bytes / 2**30:.1f} GiB an inventory may use at batch {batch} x seq "
             f"{seq} on CPU; choose a smaller batch or sequence, or a smaller model") from None
 
 
-def _profile_model(model_dir: Path, *, batch: int, seq: int, device: str, repeats: int,
+def _take_inventory(model_dir: Path, *, batch: int, seq: int, device: str, repeats: int,
                    progress: Progress | None, seed: int) -> dict[str, Any]:
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
@@ -696,7 +697,7 @@ def _profile_model(model_dir: Path, *, batch: int, seq: int, device: str, repeat
             report(0.2 + 0.6 * (i + 1) / repeats, f"timed forward {i + 1}/{repeats}: {samples[-1] * 1e3:.2f} ms")
 
     report(0.85, "instrumented forward: recording workloads")
-    workloads, unclassified = inventory(model, config, inputs, device, passes=min(repeats, 3))
+    workloads, unclassified = instrumented_inventory(model, config, inputs, device, passes=min(repeats, 3))
     classified_s = sum(w["eager_time_s"] for w in workloads)
     unclassified_s = sum(row["eager_time_s"] for row in unclassified)
     report(1.0, f"inventory: {len(workloads)} workloads, {classified_s / max(classified_s + unclassified_s, 1e-12):.0%} of op time classified")
