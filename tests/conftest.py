@@ -175,9 +175,16 @@ def runner_token(transactional_db):
 
 @pytest.fixture
 def control_api(live_server, runner_token, settings):
-    """This process as a runner: its control client talks to the live server with a runner key."""
+    """This process as a runner: its control client talks to the live server with a runner key,
+    and the worker name a task executed in process uses is registered with it."""
+    import socket
+
+    from fleet.control_client import ControlClient
+    from runners.fingerprint import environment_fingerprint
+
     settings.DYNO_CONTROL_URL = live_server.url
     settings.DYNO_RUNNER_TOKEN = runner_token
+    ControlClient().register(hostname=socket.gethostname(), queues=["cpu"], fingerprint=environment_fingerprint("cpu"))
     return live_server.url
 
 

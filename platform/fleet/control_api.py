@@ -3,10 +3,11 @@
 Runner hosts execute hostile candidate code (sandboxed, but a sandbox is one layer), so they hold no
 database credentials and no signing key: a runner presents its runner key (fleet.keys, scoped to
 hardware classes) to these endpoints, which alone write what it reports through the same services
-the platform uses everywhere else. What a key can do: claim a queued run of its hardware classes,
-report progress, logs and the outcome of a run its worker holds, download that run's model files,
-and register, heartbeat and calibrate its own workers. It cannot read another run's data, list
-anything, or touch billing, reports or accounts.
+the platform uses everywhere else. What a key can do: register workers (a worker name stays bound to
+the key it registered with while that key is live), and for those workers only: claim a queued run
+of its hardware classes, report progress, logs and the outcome of a run the worker holds, download
+that run's model files, heartbeat and calibrate. It cannot read another run's data, speak for
+another key's workers, list anything, or touch billing, reports or accounts.
 
 Every answer is JSON (`{"error": {"code", "message"}}` on refusal). The runner side is
 fleet.control_client.
@@ -46,7 +47,7 @@ from runs.services import (
     runs_fail_held_by,
     runs_heartbeat,
 )
-from runs.status import FINISHED, Status
+from runs.status import Status
 from runs.limits import failed_outside_error
 
 log = logging.getLogger(__name__)
@@ -124,8 +125,17 @@ def _held(run: Run, worker: str) -> None:
         raise Refused(409, "not_held", f"run {run.pk} is {run.status}, not running on {worker}: stop working on it.")
 
 
-def _worker(body: dict[str, Any]) -> str:
-    return _text(body, "worker", limit=200)
+def _bound(key: RunnerKey, hostname: str) -> str:
+    """`hostname`, if it registered with this key: a key acts only for the workers it registered,
+    so a host that falls cannot speak for another pool's workers (or fail their runs)."""
+    if not Runner.objects.filter(hostname=hostname, key=key).exists():
+        raise Refused(403, "not_registered", f"worker {hostname} is not registered with runner key {key.name}; a runner "
+                                             "registers when it starts (workers/register).")
+    return hostname
+
+
+def _worker(body: dict[str, Any], key: RunnerKey) -> str:
+    return _bound(key, _text(body, "worker", limit=200))
 
 
 def _job(run: Run) -> dict[str, Any]:
@@ -147,8 +157,8 @@ def claim(request: HttpRequest, key: RunnerKey, body: dict[str, Any], run_id: st
     `again` (a retried request or a redelivered task) finds a run this worker already holds still
     its own: a claim that landed but whose answer was lost. Without it, a run held by anyone is not
     claimed again, by its own worker included (a stale message of a run it holds)."""
-    worker = _worker(body)
-    run = _run_for(key, run_id)
+    run = _run_for(key, run_id)  # 404 for a run out of the key's scope, before anything else
+    worker = _worker(body, key)
     if not run_claim(run_id=run.pk, worker=worker):
         run.refresh_from_db(fields=["status", "worker"])
         if not (body.get("again") is True and run.status == Status.RUNNING and run.worker == worker):
@@ -159,8 +169,8 @@ def claim(request: HttpRequest, key: RunnerKey, body: dict[str, Any], run_id: st
 
 @endpoint("POST")
 def progress(request: HttpRequest, key: RunnerKey, body: dict[str, Any], run_id: str) -> dict[str, Any]:
-    worker = _worker(body)
-    run = _run_for(key, run_id)
+    run = _run_for(key, run_id)  # 404 for a run out of the key's scope, before anything else
+    worker = _worker(body, key)
     fraction = body.get("fraction")
     if not isinstance(fraction, (int, float)) or isinstance(fraction, bool):
         raise Refused(400, "invalid_field", "`fraction` must be a number from 0 to 1.")
@@ -175,8 +185,8 @@ def progress(request: HttpRequest, key: RunnerKey, body: dict[str, Any], run_id:
 
 @endpoint("POST")
 def log_line(request: HttpRequest, key: RunnerKey, body: dict[str, Any], run_id: str) -> dict[str, Any]:
-    worker = _worker(body)
-    run = _run_for(key, run_id)
+    run = _run_for(key, run_id)  # 404 for a run out of the key's scope, before anything else
+    worker = _worker(body, key)
     if run.worker != worker:  # its own runs only; a cancelled one still takes the note that it stopped
         raise Refused(409, "not_held", f"run {run.pk} is not {worker}'s.")
     level = body.get("level", "info")
@@ -188,8 +198,8 @@ def log_line(request: HttpRequest, key: RunnerKey, body: dict[str, Any], run_id:
 def succeed(request: HttpRequest, key: RunnerKey, body: dict[str, Any], run_id: str) -> dict[str, Any]:
     """Store a run's outcome, all at once (runs.services.run_succeed), with the calibration of the
     runner that measured it. `stored` False: the run was cancelled or taken meanwhile."""
-    worker = _worker(body)
-    run = _run_for(key, run_id)
+    run = _run_for(key, run_id)  # 404 for a run out of the key's scope, before anything else
+    worker = _worker(body, key)
     outcome = {name: body.get(name) for name in ("inventory", "result", "artifact")}
     for name, value in outcome.items():
         if value is not None and not isinstance(value, dict):
@@ -205,16 +215,14 @@ def succeed(request: HttpRequest, key: RunnerKey, body: dict[str, Any], run_id: 
 def fail(request: HttpRequest, key: RunnerKey, body: dict[str, Any], run_id: str) -> dict[str, Any]:
     """A run's failure, said by its worker; `outside` (a killed pool process, a hard time limit)
     names what ended it, and the message is written here from the run's stage."""
-    run = _run_for(key, run_id)
-    worker = _text(body, "worker", required=False, limit=200) or None
+    run = _run_for(key, run_id)  # 404 for a run out of the key's scope, before anything else
+    worker = _worker(body, key)
     outside = body.get("outside")
     if outside is not None:
-        if run.status in FINISHED or (run.status == Status.RUNNING and worker and run.worker != worker):
-            return {"failed": False}  # a duplicate delivery's process died: the holder measures on
+        if run.status != Status.RUNNING or run.worker != worker:
+            return {"failed": False}  # not this worker's (a duplicate delivery's process died): left alone
         error = failed_outside_error(kind=str(outside), stage=run.stage, detail=_text(body, "error", required=False))
-        return {"failed": run_fail(run_id=run.pk, error=error, worker=run.worker if run.status == Status.RUNNING else None)}
-    if worker is None:
-        raise Refused(400, "invalid_field", "`worker` must be a non-empty string.")
+        return {"failed": run_fail(run_id=run.pk, error=error, worker=worker)}
     return {"failed": run_fail(run_id=run.pk, error=_text(body, "error"), worker=worker)}
 
 
@@ -224,6 +232,7 @@ def model_file(request: HttpRequest, key: RunnerKey, body: dict[str, Any], run_i
     from catalog.services import version_path
 
     run = _run_for(key, run_id)
+    _bound(key, request.GET.get("worker", ""))
     if run.kind != RunKind.MODEL or run.status != Status.RUNNING or run.worker != request.GET.get("worker"):
         raise Refused(404, "not_found", "no model files for this run now (only its worker reads them, while it runs).")
     if not run.model_version.files.filter(path=name).exists():
@@ -252,16 +261,20 @@ def register(request: HttpRequest, key: RunnerKey, body: dict[str, Any]) -> dict
     if not isinstance(queues, list) or not all(isinstance(q, str) for q in queues) or not isinstance(fingerprint, dict):
         raise Refused(400, "invalid_field", "`queues` must be a list of names and `fingerprint` an object.")
     _hardware_of(key, queues)
+    existing = Runner.objects.filter(hostname=hostname).select_related("key").first()
+    if existing is not None and existing.key is not None and existing.key != key and existing.key.revoked_at is None:
+        raise Refused(403, "registered_elsewhere", f"worker {hostname} is registered with another runner key; "
+                                                   "revoke that key first or start this worker under another name.")
     orphaned = runs_fail_held_by(worker=hostname)
     if orphaned:
         log.warning("%s restarted holding %d run(s); marked failed: %s", hostname, len(orphaned), orphaned)
-    runner = runner_register(hostname=hostname, queues=queues, fingerprint=fingerprint)
+    runner = runner_register(hostname=hostname, queues=queues, fingerprint=fingerprint, key=key)
     return {"hardware": runner.hardware, "failed_runs": orphaned}
 
 
 @endpoint("POST")
 def heartbeat(request: HttpRequest, key: RunnerKey, body: dict[str, Any]) -> dict[str, Any]:
-    hostname = _text(body, "hostname", limit=200)
+    hostname = _bound(key, _text(body, "hostname", limit=200))
     executing = body.get("executing")
     if not isinstance(executing, list) or not all(isinstance(r, str) for r in executing):
         raise Refused(400, "invalid_field", "`executing` must be a list of run ids.")
@@ -272,7 +285,7 @@ def heartbeat(request: HttpRequest, key: RunnerKey, body: dict[str, Any]) -> dic
 
 @endpoint("POST")
 def stopped(request: HttpRequest, key: RunnerKey, body: dict[str, Any]) -> dict[str, Any]:
-    runner_stopped(hostname=_text(body, "hostname", limit=200))
+    runner_stopped(hostname=_bound(key, _text(body, "hostname", limit=200)))
     return {"ok": True}
 
 
@@ -281,7 +294,7 @@ def calibration(request: HttpRequest, key: RunnerKey, body: dict[str, Any]) -> d
     document = body.get("calibration")
     if not isinstance(document, dict):
         raise Refused(400, "invalid_field", "`calibration` must be a dyno.calibration/1 object.")
-    runner_calibration_record(hostname=_text(body, "hostname", limit=200), calibration=document)
+    runner_calibration_record(hostname=_bound(key, _text(body, "hostname", limit=200)), calibration=document)
     return {"ok": True}
 
 

@@ -7,8 +7,10 @@ import hashlib
 import secrets
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
+from auditlog.services import audit_record
 from fleet.models import RunnerKey
 
 PREFIX = "dyno_runner_"
@@ -34,7 +36,9 @@ def runner_key_create(*, name: str, hardware: list[str]) -> tuple[RunnerKey, str
     if RunnerKey.objects.filter(name=name).exists():
         raise RunnerKeyError(f"a runner key named {name!r} exists; revoke it first or choose another name.")
     token = PREFIX + secrets.token_urlsafe(32)
-    key = RunnerKey.objects.create(name=name, token_sha256=_digest(token), hardware=sorted(set(hardware)))
+    with transaction.atomic():
+        key = RunnerKey.objects.create(name=name, token_sha256=_digest(token), hardware=sorted(set(hardware)))
+        audit_record(action="runner_key.created", target=f"runner_key:{name}", data={"hardware": key.hardware})
     return key, token
 
 
@@ -49,4 +53,9 @@ def runner_key_for(token: str) -> RunnerKey | None:
 
 
 def runner_key_revoke(*, name: str) -> bool:
-    return bool(RunnerKey.objects.filter(name=name, revoked_at__isnull=True).update(revoked_at=timezone.now()))
+    """Revoke at once: the key's next request is refused, and its workers may register under another."""
+    with transaction.atomic():
+        done = bool(RunnerKey.objects.filter(name=name, revoked_at__isnull=True).update(revoked_at=timezone.now()))
+        if done:
+            audit_record(action="runner_key.revoked", target=f"runner_key:{name}")
+    return done

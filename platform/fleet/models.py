@@ -22,6 +22,8 @@ class Runner(models.Model):
     # a report measured on a runner whose calibration failed does not bill.
     calibration = models.JSONField(null=True, blank=True)
     calibrated_at = models.DateTimeField(null=True, blank=True)
+    # The runner key it registered with: only that key acts for this worker (its runs, heartbeats).
+    key = models.ForeignKey("RunnerKey", null=True, blank=True, on_delete=models.PROTECT, related_name="runners")
 
     class Meta:
         ordering = ["hardware", "hostname"]

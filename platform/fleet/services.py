@@ -9,12 +9,12 @@ from django.conf import settings
 from django.utils import timezone
 
 from fleet.fingerprints import fingerprint_digest
-from fleet.models import Runner
+from fleet.models import Runner, RunnerKey
 
 log = logging.getLogger(__name__)
 
 
-def runner_register(*, hostname: str, queues: list[str], fingerprint: dict[str, Any]) -> Runner:
+def runner_register(*, hostname: str, queues: list[str], fingerprint: dict[str, Any], key: RunnerKey | None = None) -> Runner:
     hardware_queues = [q for q in queues if q in settings.DYNO_HARDWARE_CLASSES]
     hardware = hardware_queues[0] if hardware_queues else (queues[0] if queues else "control")
     now = timezone.now()
@@ -22,7 +22,7 @@ def runner_register(*, hostname: str, queues: list[str], fingerprint: dict[str, 
         hostname=hostname,
         defaults={"hardware": hardware, "queues": queues, "fingerprint": fingerprint,
                   "fingerprint_sha256": fingerprint_digest(fingerprint), "registered_at": now,
-                  "last_heartbeat": now, "stopped_at": None},
+                  "last_heartbeat": now, "stopped_at": None, "key": key},
     )
     log.info("runner %s registered for %s", hostname, hardware)
     return runner

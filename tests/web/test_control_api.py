@@ -73,13 +73,50 @@ def test_a_key_reaches_only_the_runs_of_its_hardware_classes(live_server, queued
     assert refused.value.status == 403 and "does not serve gpu-h100" in refused.value.message
 
 
+def _registered(client: ControlClient, *names: str) -> None:
+    for name in names:
+        client.register(hostname=name, queues=["cpu"], fingerprint={"device": "cpu"})
+
+
+def test_a_key_speaks_only_for_the_workers_it_registered(live_server, queued, runner_token):
+    from fleet.models import Runner
+
+    run = queued()
+    ours = ControlClient(live_server.url, runner_token, attempts=0)
+    _, other_token = runner_key_create(name="other-pool", hardware=["cpu"])
+    other = ControlClient(live_server.url, other_token, attempts=0)
+    with pytest.raises(ControlRefused) as refused:
+        ours.claim(str(run.pk), worker="w1@host")  # never registered
+    assert refused.value.status == 403 and refused.value.code == "not_registered"
+    _registered(ours, "w1@host")
+    ours.claim(str(run.pk), worker="w1@host")
+    # Another pool's key (a host that fell, say) cannot take over w1, fail its run or speak for it.
+    with pytest.raises(ControlRefused) as refused:
+        _registered(other, "w1@host")
+    assert refused.value.code == "registered_elsewhere"
+    for attempt in (lambda: other.fail(str(run.pk), worker="w1@host", error="x"),
+                    lambda: other.fail(str(run.pk), worker="w1@host", error="x", outside="worker_lost"),
+                    lambda: other.progress(str(run.pk), worker="w1@host", fraction=0.9),
+                    lambda: other.heartbeat(hostname="w1@host", executing=[])):
+        with pytest.raises(ControlRefused) as refused:
+            attempt()
+        assert refused.value.status == 403
+    run.refresh_from_db()
+    assert run.status == Status.RUNNING and run.worker == "w1@host"
+    assert Runner.objects.get(hostname="w1@host").key.name != "other-pool"
+    # Once its key is revoked, the name may register under another.
+    runner_key_revoke(name=Runner.objects.get(hostname="w1@host").key.name)
+    _registered(other, "w1@host")
+    assert Runner.objects.get(hostname="w1@host").key.name == "other-pool"
+
+
 def test_a_claim_hands_the_job_once_and_a_cancelled_run_stops_its_worker(live_server, queued, owner, runner_token):
     run = queued()
     client = ControlClient(live_server.url, runner_token, attempts=0)
+    _registered(client, "w1@host", "w2@host")
     claim = client.claim(str(run.pk), worker="w1@host")
     assert claim["job"] == {"run_id": str(run.pk), "kind": "audit", "hardware": "cpu", "profile": run.profile,
                             "workload": "rmsnorm", "candidate_source": HONEST}
-    assert claim["registered_fingerprint_sha256"] is None  # w1 never registered
     # A claim that landed but whose answer was lost, asked again; a plain second claim (a stale
     # message of a run the worker holds) and another worker's (a duplicate delivery) are refused.
     assert client.claim(str(run.pk), worker="w1@host", again=True)["job"]["run_id"] == str(run.pk)
@@ -130,6 +167,7 @@ def test_a_runner_fetches_only_the_model_files_of_the_run_it_holds(live_server, 
     with django_capture_on_commit_callbacks(execute=False):
         run = run_start(actor=actor, version=version, hardware="cpu", profile="cpu-ci", batch=1, seq=8)
     client = ControlClient(live_server.url, runner_token, attempts=0)
+    _registered(client, "w1@host", "w2@host")
     files = list(version.files.values("path", "size", "sha256"))
     with pytest.raises(ControlRefused) as refused:  # not claimed yet: nobody reads it
         client.fetch_model(str(run.pk), worker="w1@host", files=files, version=str(version.pk), cache=tmp_path)

@@ -140,17 +140,21 @@ def _pool_processes(worker) -> list[int]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_run_whose_process_was_killed_or_timed_out_is_failed_naming_its_stage(submit, settings, control_api,
+def test_a_run_whose_process_was_killed_or_timed_out_is_failed_naming_its_stage(submit, settings, control_api, monkeypatch,
                                                                               django_capture_on_commit_callbacks):
+    import runs.runner
     from fleet.control_client import ControlClient
 
+    control = ControlClient(attempts=0)
+    for name in ("w1@host", "w2@host"):  # first: a worker that registers fails what it held
+        control.register(hostname=name, queues=["cpu"], fingerprint={})
     with django_capture_on_commit_callbacks(execute=False):
         hard, lost, other = submit(HONEST), submit(HONEST), submit(HONEST)
     for run in (hard, lost, other):
         run_claim(run_id=run.pk, worker="w1@host")
         run_progress(run_id=run.pk, worker="w1@host", fraction=0.5, stage="audit")
     settings.DYNO_RUN_HARD_TIME_LIMIT_SECONDS = 90
-    control = ControlClient(attempts=0)
+    monkeypatch.setitem(runs.runner._this_worker, "hostname", "w1@host")  # what worker_ready records
     # A duplicate delivery dying on another worker leaves the run its holder is measuring alone.
     assert not control.fail(str(hard.pk), worker="w2@host", error="TimeLimitExceeded", outside="hard_time_limit")
     assert control.fail(str(hard.pk), worker="w1@host", error="TimeLimitExceeded", outside="hard_time_limit")

@@ -1,6 +1,8 @@
 """`manage.py runner_key create NAME --hardware cpu` | `revoke NAME` | `list`: the credentials runner
 hosts present to the control API (DYNO_RUNNER_TOKEN on the runner; never a database password)."""
 
+import secrets
+
 from django.core.management.base import BaseCommand, CommandError
 
 from fleet.keys import RunnerKeyError, runner_key_create, runner_key_revoke
@@ -23,8 +25,10 @@ class Command(BaseCommand):
 
     def handle(self, *args, action: str, **options) -> None:
         if action == "create":
-            if options.get("replace"):
-                RunnerKey.objects.filter(name=options["name"]).delete()
+            if options.get("replace"):  # make demo: a fresh key under the same name each start
+                runner_key_revoke(name=options["name"])
+                RunnerKey.objects.filter(name=options["name"], runners__isnull=True).delete()
+                RunnerKey.objects.filter(name=options["name"]).update(name=f"{options['name']}-revoked-{secrets.token_hex(4)}")
             try:
                 key, token = runner_key_create(name=options["name"],
                                                hardware=[h.strip() for h in options["hardware"].split(",") if h.strip()])
