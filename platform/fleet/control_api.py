@@ -176,7 +176,8 @@ def progress(request: HttpRequest, key: RunnerKey, body: dict[str, Any], run_id:
         raise Refused(400, "invalid_field", "`fraction` must be a number from 0 to 1.")
     try:
         run_progress(run_id=run.pk, worker=worker, fraction=float(fraction),
-                     message=_text(body, "message", required=False), stage=_text(body, "stage", required=False, limit=32) or None)
+                     message=_text(body, "message", required=False),
+                     stage=_text(body, "stage", required=False, limit=32) or None)
     except RunCancelled:
         run.refresh_from_db(fields=["status", "worker"])
         _held(run, worker)

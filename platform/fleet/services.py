@@ -14,7 +14,8 @@ from fleet.models import Runner, RunnerKey
 log = logging.getLogger(__name__)
 
 
-def runner_register(*, hostname: str, queues: list[str], fingerprint: dict[str, Any], key: RunnerKey | None = None) -> Runner:
+def runner_register(*, hostname: str, queues: list[str], fingerprint: dict[str, Any],
+                    key: RunnerKey | None = None) -> Runner:
     hardware_queues = [q for q in queues if q in settings.DYNO_HARDWARE_CLASSES]
     hardware = hardware_queues[0] if hardware_queues else (queues[0] if queues else "control")
     now = timezone.now()

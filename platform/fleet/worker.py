@@ -75,7 +75,8 @@ def on_worker_ready(sender=None, **kwargs) -> None:
     # The platform fails whatever this name held (it died with the last process), then registers it.
     try:
         # Patient: a runner may start before the platform it reports to (make demo starts both).
-        registered = ControlClient(attempts=max(settings.DYNO_RUN_TRANSIENT_RETRIES, 6)).register(hostname=hostname, queues=queues, fingerprint=device_fingerprint(queues))
+        patient = ControlClient(attempts=max(settings.DYNO_RUN_TRANSIENT_RETRIES, 6))
+        registered = patient.register(hostname=hostname, queues=queues, fingerprint=device_fingerprint(queues))
     except Exception as exc:
         # A runner the platform will not register (no key, a revoked one, out of its scope) must not
         # take runs it could never report: end the process (EX_CONFIG), saying why.

@@ -11,7 +11,7 @@ from typing import Sequence
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
-# Anything not named here (DATABASE_URL, DYNO_SECRET_KEY, AWS_*, *_API_KEY, CELERY_BROKER_URL,
+# Anything not named here (DATABASE_URL, DYNO_SECRET_KEY, DYNO_RUNNER_TOKEN, AWS_*, *_API_KEY, CELERY_BROKER_URL,
 # signing key paths, ...) never reaches candidate code.
 ENV_PASSTHROUGH: tuple[str, ...] = (
     "PATH",

@@ -27,6 +27,7 @@ SECRETS = {
     "DYNO_SECRET_KEY": "django-insecure-canary",
     "DYNO_SIGNING_KEY_PATH": "/etc/dyno/signing.key",
     "CELERY_BROKER_URL": "redis://:pw@broker/0",
+    "DYNO_RUNNER_TOKEN": "dyno_runner_canary",
     "OPENAI_API_KEY": "sk-canary",
     "AWS_SECRET_ACCESS_KEY": "canary",
 }
