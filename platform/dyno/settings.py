@@ -211,6 +211,15 @@ if DYNO_TRUSTED_PROXY_HEADER and not (DYNO_TRUSTED_PROXY_HEADER.isascii()
     raise ImproperlyConfigured(f"DYNO_TRUSTED_PROXY_HEADER={DYNO_TRUSTED_PROXY_HEADER!r}: give a header name "
                                "such as X-Forwarded-For or X-Real-IP.")
 DYNO_TRUSTED_PROXY_COUNT = env_int("DYNO_TRUSTED_PROXY_COUNT", 1, minimum=1)
+# The networks runner hosts reach the control API (/runner/v1/) from; anywhere else it answers 404.
+# Empty: any address (the runner key still decides).
+DYNO_CONTROL_API_NETWORKS = []
+for _network in env_list("DYNO_CONTROL_API_NETWORKS", []):
+    try:
+        DYNO_CONTROL_API_NETWORKS.append(ipaddress.ip_network(_network, strict=False))
+    except ValueError:
+        raise ImproperlyConfigured(f"DYNO_CONTROL_API_NETWORKS: {_network!r} is not a network; write CIDRs separated "
+                                   "by commas, e.g. 10.20.0.0/16,fd00:dyno::/48") from None
 # Posts to the public forms (sign-in, /admin/login/, /verify) per client address per fixed window.
 DYNO_THROTTLE_ANONYMOUS_POSTS = env_int("DYNO_THROTTLE_ANONYMOUS_POSTS", 30, minimum=1)
 DYNO_THROTTLE_WINDOW_SECONDS = env_int("DYNO_THROTTLE_WINDOW_SECONDS", 60, minimum=1)

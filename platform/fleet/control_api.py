@@ -15,6 +15,7 @@ fleet.control_client.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 from functools import wraps
@@ -26,6 +27,7 @@ from django.http.response import HttpResponseBase
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 
+from accounts.clients import client_address
 from api.errors import error_response
 from fleet.keys import runner_key_for
 from fleet.models import Runner, RunnerKey
@@ -86,6 +88,15 @@ def _text(body: dict[str, Any], name: str, *, required: bool = True, limit: int 
     return value[:limit]
 
 
+def _from_runner_network(request: HttpRequest) -> bool:
+    """Whether the client (behind the trusted proxies) is in DYNO_CONTROL_API_NETWORKS, if set."""
+    networks = settings.DYNO_CONTROL_API_NETWORKS
+    if not networks:
+        return True
+    address = client_address(request)
+    return address is not None and any(ipaddress.ip_address(address) in network for network in networks)
+
+
 def endpoint(method: str) -> Callable:
     """Authenticate the runner key, parse the body, turn refusals into the JSON error contract."""
 
@@ -93,6 +104,8 @@ def endpoint(method: str) -> Callable:
         @csrf_exempt
         @wraps(view)
         def handle(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+            if not _from_runner_network(request):
+                return error_response(404, "not_found", "no such endpoint.")
             if request.method != method:
                 return error_response(405, "method_not_allowed", f"use {method}.")
             header = request.headers.get("Authorization", "")

@@ -267,3 +267,21 @@ def test_a_runner_holds_no_database_credentials():
     missing = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True,
                              timeout=120)
     assert missing.returncode != 0 and "needs DYNO_CONTROL_URL, DYNO_RUNNER_TOKEN" in missing.stderr
+
+
+def test_outside_the_runner_networks_the_control_api_is_not_there(client, settings, runner_token):
+    import ipaddress
+
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {runner_token}"}
+    body = {"hostname": "w1@host", "executing": []}
+    settings.DYNO_CONTROL_API_NETWORKS = [ipaddress.ip_network("10.20.0.0/16")]
+    answer = client.post("/runner/v1/workers/heartbeat", body, content_type="application/json", **headers)
+    assert answer.status_code == 404 and answer.json()["error"]["code"] == "not_found"
+    settings.DYNO_CONTROL_API_NETWORKS = [ipaddress.ip_network("127.0.0.0/8")]
+    answer = client.post("/runner/v1/workers/heartbeat", body, content_type="application/json", **headers)
+    assert answer.status_code == 403 and answer.json()["error"]["code"] == "not_registered"  # reached, then judged
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DYNO_")}
+    env.update(DYNO_ENV="development", DYNO_CONTROL_API_NETWORKS="10.20.0.0/16,runners")
+    refused = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True,
+                             timeout=120)
+    assert refused.returncode != 0 and "'runners' is not a network" in refused.stderr
