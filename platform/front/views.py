@@ -22,7 +22,7 @@ from api.pagination import html_page
 from catalog.selectors import model_get, model_list, model_version_get
 from catalog.services import NamedUpload, model_version_upload
 from catalog.validation import UploadRejected
-from fleet.models import Runner
+from fleet.models import Runner, RunnerKey
 from fleet.services import queue_depths
 from runs.models import Run, RunKind
 from runs.selectors import run_get, run_list
@@ -265,8 +265,9 @@ def fleet(request: HttpRequest) -> HttpResponse:
     depths = queue_depths(list(queues))
     running = {h: Run.objects.filter(hardware=h, status=Status.RUNNING).count() for h in queues}
     return render(request, "front/fleet.html", {
-        "runners": Runner.objects.all(),
+        "runners": Runner.objects.select_related("key"),
         "queues": [(q, depths.get(q), running[q]) for q in queues],
+        "keys": RunnerKey.objects.all(),
     })
 
 

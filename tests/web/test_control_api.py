@@ -285,3 +285,15 @@ def test_outside_the_runner_networks_the_control_api_is_not_there(client, settin
     refused = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True,
                              timeout=120)
     assert refused.returncode != 0 and "'runners' is not a network" in refused.stderr
+
+
+def test_the_fleet_page_shows_runner_keys_and_which_key_each_runner_holds_never_a_token(admin_client, live_server):
+    # The runner registers with an empty fingerprint (what a host that fell could send): the page still renders.
+    _, token = runner_key_create(name="h200-pool", hardware=["gpu-h200"])
+    _, cpu_token = runner_key_create(name="cpu-pool", hardware=["cpu"])
+    ControlClient(live_server.url, cpu_token, attempts=0).register(hostname="cpu0@box", queues=["cpu"], fingerprint={})
+    runner_key_revoke(name="cpu-pool")
+    page = admin_client.get("/fleet").content.decode()
+    assert "h200-pool" in page and "gpu-h200" in page and "cpu-pool" in page and "revoked" in page
+    assert "cpu0@box" in page and token not in page and cpu_token not in page
+    assert "dyno_runner_" not in page
