@@ -25,7 +25,7 @@ from typing import Any, Iterator
 import torch
 from billiard.exceptions import TimeLimitExceeded, WorkerLostError
 from celery import shared_task
-from celery.exceptions import SoftTimeLimitExceeded
+from celery.exceptions import Reject, SoftTimeLimitExceeded
 from celery.signals import task_failure, worker_ready
 from django.conf import settings
 
@@ -166,6 +166,18 @@ def _claim(task, control: ControlClient, run_id: str, worker: str) -> dict[str, 
                     settings.DYNO_RUN_TRANSIENT_RETRIES)
         raise task.retry(exc=exc, countdown=backoff_seconds(retries),
                          max_retries=settings.DYNO_RUN_TRANSIENT_RETRIES) from None
+    except ControlRefused as exc:
+        if exc.status not in (401, 403):
+            raise
+        # Its key was revoked (or no longer covers this worker): the run goes back to the queue for
+        # another runner, and this worker stops taking runs it could never report.
+        log.critical("%s: the platform refuses this runner (%s); returning run %s to its queue and shutting down",
+                     worker, exc.message, run_id)
+        try:
+            task.app.control.shutdown(destination=[worker])
+        except Exception:
+            log.exception("%s: could not ask itself to shut down", worker)
+        raise Reject(exc.message, requeue=True) from None
 
 
 @shared_task(name=EXECUTE, bind=True, acks_late=True,

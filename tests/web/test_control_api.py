@@ -242,7 +242,8 @@ def test_the_client_retries_transient_failures_a_bounded_number_of_times_and_nev
         assert [b["again"] for b in _Flaky.bodies] == [False, True]
     finally:
         server.shutdown()
-    with pytest.raises(ControlUnavailable):  # nothing listens there
+        server.server_close()
+    with pytest.raises(ControlUnavailable):  # nothing listens there any more: refused at once
         ControlClient(url, "t", attempts=0).heartbeat(hostname="w", executing=[])
 
 

@@ -338,3 +338,25 @@ def test_the_heartbeat_keeps_alive_only_the_run_the_worker_is_executing(start_wo
     assert runs_reap_stale(stale_seconds=60) == [str(orphan.pk)]
     wait_for(lambda: _finished(live), timeout=120, interval=0.5, what="the live run")
     assert Run.objects.get(pk=live.pk).status == "succeeded"
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_a_runner_whose_key_is_revoked_returns_its_run_to_the_queue_and_stops(start_worker, submit, broker_clean,
+                                                                              runner_token):
+    """Incident response: an operator revokes a runner's key. The runner takes no run it could never
+    report: the run it was handed goes back to its queue for another runner, and it shuts down."""
+    import hashlib
+
+    from fleet.keys import runner_key_revoke
+    from fleet.models import RunnerKey
+
+    worker = start_worker()
+    runner_key_revoke(name=RunnerKey.objects.get(token_sha256=hashlib.sha256(runner_token.encode()).hexdigest()).name)
+    run = submit(HONEST)
+    wait_for(lambda: worker.proc.poll() is not None, timeout=90, interval=0.5, what="the worker to shut down")
+    log = worker.log.read_text()
+    assert "the platform refuses this runner" in log, log[-3000:]
+    run.refresh_from_db()
+    assert run.status == "queued" and not run.events.filter(message__startswith="claimed").exists()
+    assert redis.Redis.from_url(broker_clean).llen("cpu") == 1  # the message waits for another runner
