@@ -44,6 +44,9 @@ DYNO_RUNNER_TOKEN = env_str("DYNO_RUNNER_TOKEN", "")
 if RUNNER and _database_url:
     raise ImproperlyConfigured("DYNO_ROLE=runner holds no database credentials: unset DATABASE_URL on runner hosts "
                                "(runners report through DYNO_CONTROL_URL with DYNO_RUNNER_TOKEN).")
+if RUNNER and PRODUCTION and DYNO_CONTROL_URL and not DYNO_CONTROL_URL.startswith("https://"):
+    raise ImproperlyConfigured(f"DYNO_CONTROL_URL={DYNO_CONTROL_URL!r}: a runner sends its key with every request, so "
+                               "production runners reach the control API over https:// only.")
 if RUNNER and not os.environ.get("DYNO_SECRET_KEY"):
     # Signs nothing a runner hands out (it serves no pages and no sessions): never the web's key.
     SECRET_KEY = secrets.token_urlsafe(64)
@@ -354,9 +357,12 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "filters": {"quiet_control_api": {"()": "dyno.quiet.QuietControlApi"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("DYNO_LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {"django.db.backends": {"level": "WARNING"},
+                "django.server": {"handlers": ["console"], "filters": ["quiet_control_api"], "level": "INFO",
+                                  "propagate": False}},
 }
 
 SESSION_COOKIE_HTTPONLY = True

@@ -268,6 +268,27 @@ def test_a_runner_holds_no_database_credentials():
     missing = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True,
                              timeout=120)
     assert missing.returncode != 0 and "needs DYNO_CONTROL_URL, DYNO_RUNNER_TOKEN" in missing.stderr
+    env.update(DYNO_CONTROL_URL="http://dyno.internal", DYNO_RUNNER_TOKEN="dyno_runner_x")
+    plain = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert plain.returncode != 0 and "over https:// only" in plain.stderr  # the key travels with every request
+
+
+@pytest.mark.django_db(transaction=False)
+def test_the_development_servers_log_leaves_out_runners_successful_calls():
+    import logging
+
+    from dyno.quiet import QuietControlApi
+
+    def line(path: str, status: int) -> logging.LogRecord:
+        record = logging.LogRecord("django.server", logging.INFO, __file__, 1, '"%s" %s %s', (f"POST {path} HTTP/1.1", status, 12), None)
+        record.status_code = status
+        return record
+
+    quiet = QuietControlApi()
+    assert not quiet.filter(line("/runner/v1/workers/heartbeat", 200))
+    assert quiet.filter(line("/runner/v1/workers/heartbeat", 401))  # a refused runner is worth a line
+    assert quiet.filter(line("/api/v1/runs", 200))
 
 
 def test_outside_the_runner_networks_the_control_api_is_not_there(client, settings, runner_token):
