@@ -46,10 +46,6 @@ class DeviceChanged(RuntimeError):
     """The device's fingerprint differs from what this worker registered (a driver update, say)."""
 
 
-class RunCancelled(RuntimeError):
-    """The platform says the run is no longer this worker's (cancelled, or taken meanwhile)."""
-
-
 def worker_name() -> str:
     from celery import current_task
 
@@ -206,10 +202,8 @@ def run_execute(self, run_id: str) -> None:
         state.stage = stage or state.stage
         clock.enter(state.stage)
         clock.check()
-        try:
+        try:  # RunNotHeld (cancelled, or taken meanwhile) ends the run's work where it stands
             quick.progress(run_id, worker=worker, fraction=fraction, message=message, stage=stage or "")
-        except RunNotHeld as exc:
-            raise RunCancelled(exc.message) from None
         except ControlUnavailable as exc:
             log.warning("run %s: progress not recorded (%s)", run_id, exc)
 
@@ -231,7 +225,7 @@ def run_execute(self, run_id: str) -> None:
             stored = control.succeed(run_id, worker=worker, **outcome)
         if not stored:
             log.info("run %s finished but was cancelled or taken meanwhile; result dropped", run_id)
-    except RunCancelled:
+    except RunNotHeld:
         try:
             control.log(run_id, worker=worker, message="stopped: the run was cancelled", level="warning")
         except (ControlUnavailable, ControlRefused):
