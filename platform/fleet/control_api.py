@@ -66,7 +66,10 @@ class Refused(Exception):
 
 
 def _body(request: HttpRequest) -> dict[str, Any]:
-    length = int(request.headers.get("Content-Length") or 0)
+    try:
+        length = int(request.headers.get("Content-Length") or 0)
+    except ValueError:
+        raise Refused(400, "invalid_length", "Content-Length is not a number of bytes.") from None
     if length > MAX_BODY_BYTES:
         raise Refused(413, "too_large", f"the body is {length} bytes; at most {MAX_BODY_BYTES} are read.")
     raw = request.read(MAX_BODY_BYTES + 1)

@@ -157,6 +157,18 @@ def test_an_outcome_is_stored_once_with_the_runners_calibration(live_server, que
     assert refused.value.status == 400 and "`result` must be a JSON object" in refused.value.message
 
 
+def test_a_malformed_request_gets_a_json_refusal_not_a_server_error(client, runner_token):
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {runner_token}"}
+    for body, extra, code in (("{not json", {}, "invalid_json"), ("[1, 2]", {}, "invalid_json"),
+                              ('{"hostname": "w"}', {"CONTENT_LENGTH": "many"}, "invalid_length"),
+                              ('{"hostname": 7, "executing": []}', {}, "invalid_field")):
+        answer = client.generic("POST", "/runner/v1/workers/heartbeat", body, content_type="application/json",
+                                **headers, **extra)
+        assert answer.status_code == 400 and answer.json()["error"]["code"] == code, (body, answer.content)
+    answer = client.get("/runner/v1/workers/heartbeat", **headers)
+    assert answer.status_code == 405 and answer.json()["error"]["code"] == "method_not_allowed"
+
+
 def test_a_runner_fetches_only_the_model_files_of_the_run_it_holds(live_server, owner, runner_token, sample_models,
                                                                    media_root, tmp_path,
                                                                    django_capture_on_commit_callbacks):
