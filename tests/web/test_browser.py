@@ -45,7 +45,8 @@ def test_it_uploads_a_model_and_watches_its_run_succeed(browser_page, live_serve
     page.fill("input[name=name]", "browser-llama")
     folder = sample_models["llama"]
     page.set_input_files("#files", [str(p) for p in sorted(folder.iterdir())])
-    assert page.locator("#chosen li").count() == len(list(folder.iterdir()))
+    # The list is drawn by the page's change handler: waited for, not read at once.
+    expect(page.locator("#chosen li")).to_have_count(len(list(folder.iterdir())))
     page.click("#upload-submit")
     page.wait_for_url("**/versions/*")
     assert "llama" in page.inner_text("dl.kv")

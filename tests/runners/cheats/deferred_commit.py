@@ -4,7 +4,7 @@ and before it replies. Every output is then correct when read; only the CPU the 
 used beyond the time it reported, against what the harness costs a trusted worker, gives it away."""
 # workload: rmsnorm
 # verdict: rejected
-# expect: timing.clock_mismatch
+# expect-any: timing.clock_mismatch | timing.done_before_computed
 import torch
 import torch.nn.functional as F
 
