@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -14,6 +15,7 @@ from auditlog.services import audit_record
 from fleet.models import RunnerKey
 
 PREFIX = "dyno_runner_"
+LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 class RunnerKeyError(ValueError):
@@ -47,8 +49,11 @@ def runner_key_for(token: str) -> RunnerKey | None:
     if not token.startswith(PREFIX) or len(token) > 200:
         return None
     key = RunnerKey.objects.filter(token_sha256=_digest(token), revoked_at__isnull=True).first()
-    if key is not None:
-        RunnerKey.objects.filter(pk=key.pk).update(last_used_at=timezone.now())
+    now = timezone.now()
+    if key is not None and (key.last_used_at is None or now - key.last_used_at >= LAST_USED_RESOLUTION):
+        # A busy runner asks every few seconds: the time of last use is kept to the minute, not
+        # written on every request.
+        RunnerKey.objects.filter(pk=key.pk).update(last_used_at=now)
     return key
 
 

@@ -331,3 +331,26 @@ def test_the_fleet_page_shows_runner_keys_and_which_key_each_runner_holds_never_
     assert "h200-pool" in page and "gpu-h200" in page and "cpu-pool" in page and "revoked" in page
     assert "cpu0@box" in page and token not in page and cpu_token not in page
     assert "dyno_runner_" not in page
+
+
+def test_a_keys_last_use_is_kept_to_the_minute_not_written_on_every_request(db):
+    from datetime import timedelta
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    from fleet.keys import runner_key_for
+    from fleet.models import RunnerKey
+
+    key, token = runner_key_create(name="busy-pool", hardware=["cpu"])
+    assert key.last_used_at is None
+    runner_key_for(token)
+    first = RunnerKey.objects.get(pk=key.pk).last_used_at
+    assert first is not None
+    with CaptureQueriesContext(connection) as queries:
+        runner_key_for(token)
+    assert len(queries) == 1 and RunnerKey.objects.get(pk=key.pk).last_used_at == first  # read, not written
+    RunnerKey.objects.filter(pk=key.pk).update(last_used_at=timezone.now() - timedelta(minutes=2))
+    runner_key_for(token)
+    assert RunnerKey.objects.get(pk=key.pk).last_used_at > first
