@@ -10,6 +10,13 @@ PORT=${PORT:-8000}
 BIN=.venv/bin
 mkdir -p var/broker var/broker-control var/media var/sample-models
 
+# PDF downloads (reports, invoices) are drawn by WeasyPrint with the system's Pango; the rest of the
+# demo runs without it, so a missing Pango is said, not fatal.
+if ! $BIN/python -c 'import ctypes.util, sys; sys.exit(not ctypes.util.find_library("pango-1.0"))'; then
+  echo "make demo: Pango is not installed, so PDF downloads will fail (everything else works)." >&2
+  echo "  Debian/Ubuntu: sudo apt-get install libpango-1.0-0 libpangoft2-1.0-0; macOS: brew install pango" >&2
+fi
+
 $BIN/python manage.py migrate --noinput
 $BIN/python manage.py seed_demo
 if [ ! -f var/sample-models/tiny-llama/config.json ]; then
