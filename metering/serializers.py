@@ -55,7 +55,7 @@ def invoice_dict(invoice: Invoice, *, with_lines: bool = False) -> dict[str, Any
         "finalized_at": invoice.finalized_at.isoformat() if invoice.finalized_at else None,
         "voided_at": invoice.voided_at.isoformat() if invoice.voided_at else None,
         "void_reason": invoice.void_reason or None,
-        "links": {"self": reverse("metering:api-invoice", args=[invoice.pk]),
+        "links": {"self": reverse("api:invoice-detail", args=[invoice.pk]),
                   "page": reverse("metering:invoice", args=[invoice.pk])},
     }
     if with_lines:

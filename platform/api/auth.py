@@ -1,20 +1,19 @@
-"""Bearer API-key authentication for every endpoint under /api/v1/, and its JSON bodies read
-within bounds. What a view raises becomes the JSON error contract of api/errors.py."""
+"""Bearer API-key authentication for every endpoint under /api/v1/ (api/routes.Bearer adds the
+scopes), and its JSON bodies read within bounds (api/app.BoundedParser, and the views that read
+their own). What a view raises becomes the JSON error contract of api/errors.py."""
 
 from __future__ import annotations
 
-import functools
-from typing import Any, Callable
+from typing import Any
 
 from django.http import HttpRequest
-from django.views.decorators.csrf import csrf_exempt
 
 from accounts.selectors import Actor, actor_for_key
 from accounts.services import api_key_authenticate
 from api.bounded import content_length, json_object_bounded
-from api.errors import ApiError, error_response, exception_response
+from api.errors import ApiError, error_response
 
-__all__ = ["ApiError", "api_endpoint", "error_response", "json_body", "JSON_BODY_MAX_BYTES"]
+__all__ = ["ApiError", "authenticate", "error_response", "json_body", "JSON_BODY_MAX_BYTES"]
 
 # The largest JSON body any endpoint needs: a full usage batch is ~0.4 MiB (the audit endpoint sets
 # its own, smaller cap). Below DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB), past which Django refuses.
@@ -31,7 +30,7 @@ def json_body(request: HttpRequest, *, max_bytes: int = JSON_BODY_MAX_BYTES) -> 
     return json_object_bounded(request.body or b"{}", max_bytes=max_bytes, what="The request body")
 
 
-def _authenticate(request: HttpRequest) -> Actor:
+def authenticate(request: HttpRequest) -> Actor:
     header = request.headers.get("Authorization", "")
     if not header:
         raise ApiError(401, "unauthenticated", "Send an API key as `Authorization: Bearer <key>`; "
@@ -43,32 +42,3 @@ def _authenticate(request: HttpRequest) -> Actor:
     if key is None:
         raise ApiError(401, "invalid_key", "This API key is unknown or revoked: create a new one.")
     return actor_for_key(key)
-
-
-def api_endpoint(*, methods: tuple[str, ...], scopes: tuple[str, ...] | None = ("customer",),
-                 public: bool = False) -> Callable:
-    """Authenticate, check method and scope, and turn whatever the view raises into a JSON error
-    (api/errors.py). `request.actor` is set."""
-
-    def decorate(view: Callable) -> Callable:
-        @csrf_exempt
-        @functools.wraps(view)
-        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any):
-            if request.method not in methods:
-                response = error_response(405, "method_not_allowed", f"Use {' or '.join(methods)} here.")
-                response["Allow"] = ", ".join(methods)
-                return response
-            try:
-                if not public:
-                    request.actor = _authenticate(request)
-                    if scopes is not None and request.actor.api_key.scope not in scopes:
-                        raise ApiError(403, "forbidden_scope",
-                                       f"This endpoint needs a key with scope {' or '.join(scopes)}; "
-                                       f"this key's scope is {request.actor.api_key.scope}.")
-                return view(request, *args, **kwargs)
-            except Exception as exc:  # every status answers with the JSON contract, our bugs logged
-                return exception_response(request, exc)
-
-        return wrapper
-
-    return decorate

@@ -1,7 +1,7 @@
 """The error contract of everything under /api/: `{"error": {"code", "message"}}` for every status,
 with a message that says what to change and no exception text or server path (those are logged).
 
-`api_endpoint` (api/auth.py) turns what its view raises into these responses; the handlers here do
+The API application (api/app.py) turns what a route raises into these responses; the handlers here do
 the same for what happens outside an endpoint (an unknown path, a failure before the view), and
 fall back to Django's HTML pages for every path that is not under /api/.
 """

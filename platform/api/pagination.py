@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from django.core.exceptions import ValidationError
 from django.db.models import Model, Q, QuerySet
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest
 
 from api.auth import ApiError
 
@@ -45,11 +45,11 @@ def page_of(request: HttpRequest, queryset: QuerySet, *, limit: int | None = Non
     return Page(rows=rows, next=_encode(rows[-1]) if more else None)
 
 
-def page_response(request: HttpRequest, queryset: QuerySet, key: str,
-                  serialize: Callable[[Any], dict[str, Any]], **extra: Any) -> JsonResponse:
+def page_body(request: HttpRequest, queryset: QuerySet, key: str,
+              serialize: Callable[[Any], dict[str, Any]], **extra: Any) -> dict[str, Any]:
     """`{key: [serialize(row), ...], "next": cursor or null}` for one page of `queryset`."""
     page = page_of(request, queryset)
-    return JsonResponse({key: [serialize(row) for row in page.rows], "next": page.next, **extra})
+    return {key: [serialize(row) for row in page.rows], "next": page.next, **extra}
 
 
 def _limit(raw: str | None) -> int:
@@ -112,3 +112,4 @@ def html_page(request: HttpRequest, queryset: QuerySet, *, limit: int = 100) -> 
         query["cursor"] = page.next
         older = f"?{query.urlencode()}"
     return HtmlPage(rows=page.rows, older=older, newest=newest, problem=problem)
+

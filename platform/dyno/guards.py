@@ -19,7 +19,7 @@ from django.utils import timezone
 from accounts.clients import client_address, device_cookie_set
 from accounts.selectors import Actor, actor_for_user
 from accounts.throttle import LimitReached, Throttled, wait_phrase, window_bounds, window_take, window_used
-from api.auth import _authenticate as api_key_actor
+from api.auth import authenticate as api_key_actor
 from api.bounded import content_length
 from api.errors import ApiError, error_response, is_api_path
 from catalog.services import upload_quota_check

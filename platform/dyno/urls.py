@@ -2,12 +2,13 @@ from django.contrib import admin
 from django.urls import include, path, re_path
 
 from api import errors
+from api.app import api
 from fleet.metrics import metrics
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("metrics", metrics, name="metrics"),
-    path("api/v1/", include("api.urls")),
+    path("api/v1/", api.urls),
     # Runner hosts (no database credentials) report here with their runner key.
     path("runner/v1/", include(("fleet.control_api", "control"))),
     # Reports and metering own their paths (web under /reports, /billing; API under /api/v1/...).

@@ -1,10 +1,11 @@
-"""URLs of the reports app: web pages under /reports/, the API under /api/v1/reports/, the
-public keys document under /.well-known/ and the public verify page at /verify.
+"""URLs of the reports app: web pages under /reports/, the public keys document under /.well-known/
+and the public verify page at /verify. The API under /api/v1/reports is reports/api.router, mounted
+in the API application (api/app.py), its names in the `api` namespace.
 """
 
 from django.urls import path
 
-from reports import api, views
+from reports import views
 
 app_name = "reports"
 
@@ -20,9 +21,4 @@ urlpatterns = [
     path("reports/<uuid:report_id>/dispute", views.report_dispute_view, name="dispute"),
     path("verify", views.verify_page, name="verify"),
     path(".well-known/dyno-report-keys.json", views.keys_json, name="keys"),
-    path("api/v1/reports", api.report_list_api, name="api-list"),
-    path("api/v1/reports/<uuid:report_id>", api.report_body, name="api-body"),
-    path("api/v1/reports/<uuid:report_id>/signature", api.report_signature, name="api-signature"),
-    path("api/v1/reports/<uuid:report_id>/reaudit", api.report_reaudit, name="api-reaudit"),
-    path("api/v1/reports/<uuid:report_id>/disputes", api.report_disputes, name="api-disputes"),
 ]

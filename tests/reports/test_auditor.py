@@ -354,3 +354,46 @@ def test_open_disputes_of_a_report_are_capped(people, make_report, settings):
         report_dispute(actor=_actor("finance@acme.test"), report=report, reason="me too")
     assert refused.value.code == "limit_reached" and "1 open disputes" in refused.value.message
     assert Dispute.objects.filter(report=report).count() == 1
+
+
+def test_every_report_answer_is_what_the_document_says(client, people, make_report, make_run):
+    """Each answer validates against its schema in /api/v1/openapi.json (additionalProperties:
+    false throughout, so nothing undocumented), a re-audit's comparison and changed environment
+    included; the body is the signed bytes, which the document calls an object."""
+    import jsonschema
+
+    document = client.get("/api/v1/openapi.json").json()
+
+    def conforms(path: str, method: str, status: int, answer) -> None:
+        assert answer.status_code == status, answer.content
+        schema = document["paths"][path][method]["responses"][str(status)]["content"]["application/json"]["schema"]
+        jsonschema.Draft202012Validator({**schema, "components": document["components"]}).validate(answer.json())
+
+    acme = people["acme"]
+    original = make_report(acme)
+    customer = {"HTTP_AUTHORIZATION": f"Bearer {make_key_for(acme, 'customer')}"}
+    auditor = {"HTTP_AUTHORIZATION": f"Bearer {make_key_for(acme, 'auditor')}"}
+    post = functools.partial(client.post, content_type="application/json")
+    url = f"/api/v1/reports/{original.pk}"
+    conforms("/reports/{report_id}/disputes", "post", 201, post(f"{url}/disputes", {"reason": "too good"}, **customer))
+    conforms("/reports/{report_id}/reaudit", "post", 201, post(f"{url}/reaudit", {"reason": "driver"}, **auditor))
+    rerun = make_run(acme, result=synthetic_result(seed=31, environment={
+        "device": "cpu", "cpu": "AMD EPYC 9454 (2 cores)", "torch": "2.14.0", "threads": 2, "clock_ghz": 2.75,
+        "turbo": False, "flags": ["avx512"], "numa": {"nodes": 1}}))
+    assert reaudit_claim(request_id=ReauditRequest.objects.get(report=original).pk, run=rerun)
+    new = report_create_for_run(run=rerun)
+    ReauditRequest.objects.create(organization=acme, report=new, requested_by="x", reason="failed one",
+                                  status="failed", error="no runner")
+    for report, key in ((original, customer), (new, auditor)):
+        answer = client.get(f"/api/v1/reports/{report.pk}/reaudit", **key)
+        conforms("/reports/{report_id}/reaudit", "get", 200, answer)
+        comparison = answer.json()["superseded_by" if report == original else "supersedes"]
+        assert comparison["figures"] and comparison["original"] == str(original.pk)
+        assert {c["key"] for c in comparison["environment_changes"]} >= {"torch", "threads", "flags", "numa.nodes"}
+    conforms("/reports", "get", 200, client.get("/api/v1/reports", **customer))
+    conforms("/reports/{report_id}/signature", "get", 200, client.get(f"{url}/signature", **auditor))
+    body = client.get(url, **auditor)
+    assert body.content == original.body_bytes and body["X-Dyno-Body-Sha256"] == original.body_sha256
+    conforms("/reports/{report_id}", "get", 200, body)
+    for refused in (post(f"{url}/reaudit", {"reason": " "}, **auditor), post(f"{url}/disputes", {}, **customer)):
+        assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_reason"

@@ -108,9 +108,9 @@ def test_it_refuses_unknown_hardware(client, make_org, make_key, sample_models, 
 
 
 def test_it_publishes_an_openapi_document(client):
-    doc = client.get(reverse("api:openapi")).json()
+    doc = client.get(reverse("api:openapi-json")).json()
     assert doc["openapi"].startswith("3.")
     for path in ("/models", "/models/{model_id}", "/runs", "/runs/{run_id}", "/runs/{run_id}/cancel", "/audits",
                  "/audits/{run_id}", "/reports/{report_id}", "/usage/batch", "/billing-runs"):
         assert path in doc["paths"]
-    assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    assert doc["components"]["securitySchemes"]["Bearer"]["scheme"] == "bearer"
