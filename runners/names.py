@@ -4,6 +4,7 @@
 are exactly its own, in its order.
 """
 
+SUITE_VERSION = "1"  # what reports name as suite.version, and contracts' measurement plans pin
 WORKLOAD_NAMES: tuple[str, ...] = (
     "rmsnorm", "layernorm", "softmax", "swiglu", "rope", "gemm",
     "attention_prefill", "attention_decode", "moe", "ssm_scan",

@@ -1,7 +1,7 @@
 """What an operator scrapes: `/metrics` in Prometheus' text format (version 0.0.4).
 
 Queue depths and runners online per hardware class, runs by status, recent run durations by stage,
-audit verdicts, billing runs and their duration, usage ingestion. Read from the database and the
+audit verdicts and reason codes, billing runs and their duration, usage ingestion. Read from the database and the
 broker at scrape time (nothing is kept in process memory, so every web node answers the same).
 The endpoint answers only with `Authorization: Bearer $DYNO_METRICS_TOKEN`; without a token set it
 does not exist (404), with a wrong one it is 401.
@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Iterable
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
@@ -75,6 +76,26 @@ def stage_seconds(*, now=None) -> dict[str, list[float]]:
     return durations
 
 
+# Each audited workload's reasons (a JSON list of {code, message}) counted by code in the database,
+# without reading the rows into Python: one query, whatever the table's size.
+REASON_COUNTS = {
+    "postgresql": "SELECT r.value ->> 'code', count(*) FROM {table} w, jsonb_array_elements(CASE WHEN "
+                  "jsonb_typeof(w.reasons) = 'array' THEN w.reasons ELSE '[]'::jsonb END) r GROUP BY 1",
+    "sqlite": "SELECT json_extract(r.value, '$.code'), count(*) FROM {table} w, json_each(CASE WHEN "
+              "json_type(w.reasons) = 'array' THEN w.reasons ELSE '[]' END) r GROUP BY 1",
+}
+
+
+def reason_counts() -> dict[str, int]:
+    """How many audited workloads carry each reason code (a workload counts once per reason it has)."""
+    query = REASON_COUNTS.get(connection.vendor)
+    if query is None:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(query.format(table=connection.ops.quote_name(WorkloadResult._meta.db_table)))
+        return {str(code): int(n) for code, n in cursor.fetchall() if code}
+
+
 def exposition() -> str:
     out = _Exposition()
     classes = list(settings.DYNO_HARDWARE_CLASSES)
@@ -100,6 +121,9 @@ def exposition() -> str:
     verdicts = WorkloadResult.objects.values_list("verdict").annotate(n=Count("pk")).values_list("verdict", "n")
     out.metric("dyno_audit_verdicts_total", "counter", "Audited workloads by verdict.",
                (({"verdict": v or "none"}, float(n)) for v, n in sorted(verdicts)))
+    out.metric("dyno_audit_reasons_total", "counter",
+               "Audited workloads by reason code (why one was rejected, or why its figure does not bill).",
+               (({"code": code}, float(n)) for code, n in sorted(reason_counts().items())))
     out.metric("dyno_billing_runs_total", "counter", "Billing runs made.", [({}, float(BillingRun.objects.count()))])
     last = AuditEvent.objects.filter(action="billing.run").order_by("-seq").values_list("data", flat=True).first()
     out.metric("dyno_billing_run_last_seconds", "gauge", "Wall time of the newest billing run.",

@@ -108,3 +108,15 @@ def test_it_refuses_an_owner_who_mints_an_auditor_key_for_their_own_org(client, 
     page = client.post(reverse("front:api-keys"), {"name": "self-audit", "scope": "auditor"}, follow=True)
     assert b"granted by Dyno&#x27;s operators" in page.content
     assert not ApiKey.objects.filter(organization=org, scope="auditor").exists()
+
+
+@pytest.mark.django_db
+def test_the_demo_seed_gives_the_demo_organization_a_contract_on_the_suite_runners_measure():
+    from metering.models import Contract
+    from runners.suite import SUITE_VERSION as MEASURED
+
+    for _ in range(2):  # make demo runs it at every start: one contract, not one per start
+        call_command("seed_demo", stdout=StringIO())
+    contract = Contract.objects.get(organization__slug="demo")
+    assert contract.suite_version == MEASURED and "cpu" in contract.prices  # the demo's runner is a CPU one
+    assert contract.effective_from.day == 1 and contract.effective_to is None

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from runs.models import Run, RunEvent
+from runs.models import Run, RunEvent, WorkloadResult
 from runs.status import Stage, Status
 
 pytestmark = pytest.mark.django_db
@@ -48,7 +48,13 @@ def test_it_exposes_queues_runs_stage_durations_and_billing_in_prometheus_text(c
                                           config={}, storage_dir="models/x", total_bytes=1)
     _run_through_stages(org, version, [("profile", 10), ("optimize", 40), ("audit", 20), ("store", 2)])
     _run_through_stages(org, version, [("profile", 30), ("optimize", 60)], status=Status.FAILED)
-    Run.objects.create(organization=org, model_version=version, hardware="cpu", profile="cpu-ci", batch=1, seq=8)
+    queued = Run.objects.create(organization=org, model_version=version, hardware="cpu", profile="cpu-ci", batch=1, seq=8)
+    for verdict, reasons in (("rejected", [{"code": "timing.clock_mismatch", "message": "m"},
+                                           {"code": "integrity.background_cpu", "message": "m"}]),
+                             ("rejected", [{"code": "timing.clock_mismatch", "message": "m"}]),
+                             ("accepted", []), ("accepted", {"not": "a list"})):
+        WorkloadResult.objects.create(run=queued, name="rmsnorm", family="norm", dtype="float32", verdict=verdict,
+                                      reasons=reasons)
     response = client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret-token")
     assert response.status_code == 200 and response["Content-Type"].startswith("text/plain; version=0.0.4")
     text = response.content.decode()
@@ -61,3 +67,6 @@ def test_it_exposes_queues_runs_stage_durations_and_billing_in_prometheus_text(c
     assert 'dyno_runners_online{hardware="cpu"} 0' in samples
     assert "dyno_usage_events_total 0" in samples and "dyno_billing_runs_total 0" in samples
     assert any(line.startswith('dyno_queue_depth{queue="cpu"} ') for line in samples)  # read from the broker
+    assert 'dyno_audit_verdicts_total{verdict="rejected"} 2' in samples
+    assert 'dyno_audit_reasons_total{code="timing.clock_mismatch"} 2' in samples
+    assert 'dyno_audit_reasons_total{code="integrity.background_cpu"} 1' in samples

@@ -1,12 +1,25 @@
-"""`manage.py seed_demo`: the demo organization, its user and an operator, for `make demo`."""
+"""`manage.py seed_demo`: the demo organization, its user, an operator and a contract, for `make demo`."""
 
 import os
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
+from django.utils import timezone
 
 from accounts.models import Organization, Role
 from accounts.services import member_add, organization_create
+from metering.contracts import contract_terms_from, contract_version_create
+from metering.models import Contract
+from metering.periods import Period
+from runners.names import SUITE_VERSION
+
+# The demo's money terms: a 20% share of the saving, priced for the demo's CPU runner and two GPU
+# classes, measured on the suite the runners run. Only a stable report bills under it.
+DEMO_TERMS = {
+    "revenue_share": "0.20", "minimum_speedup": "1.05", "currency": "EUR", "dispute_window_days": 30,
+    "prices": {"cpu": "0.10", "gpu-h100": "2.50", "gpu-h200": "4.00"},
+    "measurement_plan": {"suite_version": SUITE_VERSION, "baseline": "eager PyTorch with the standard ops"},
+}
 
 
 class Command(BaseCommand):
@@ -26,4 +39,7 @@ class Command(BaseCommand):
         operator.is_staff = operator.is_superuser = True
         operator.set_password(password)
         operator.save()
+        if not Contract.objects.filter(organization=org).exists():
+            contract_version_create(organization=org, terms=contract_terms_from(DEMO_TERMS),
+                                    effective_from=Period.of(timezone.now().date()).first_day, actor="system:seed_demo")
         self.stdout.write(f"demo sign-in: {email} / {password}   (operator: operator@dyno.local / {password})")
