@@ -22,7 +22,8 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 
-from api.auth import json_body
+from api.auth import JSON_BODY_MAX_BYTES, json_body, json_too_large
+from api.bounded import content_length
 from api.errors import error_response, exception_response
 from api.routes import DOCUMENTED, ERROR_TEXT
 
@@ -67,9 +68,16 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     return error_response(exc.status_code, "bad_request", f"{exc}; see /api/v1/openapi.json for this endpoint.")
 
 
-def _json_405(callback: Callable) -> Callable:
+def _enveloped(callback: Callable) -> Callable:
+    """A route's view as Django calls it: a JSON body declared over the cap is refused before ninja
+    reads a byte of it (ninja reads `request.body` before its parser runs), and ninja's 405 answers
+    in the error contract."""
+
     @functools.wraps(callback)
     def view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        declared = content_length(request.META)
+        if declared is not None and declared > JSON_BODY_MAX_BYTES and request.content_type == "application/json":
+            return exception_response(request, json_too_large(declared, JSON_BODY_MAX_BYTES))
         response = callback(request, *args, **kwargs)
         if isinstance(response, HttpResponseNotAllowed):
             order = ("GET", "POST", "PUT", "PATCH", "DELETE")
@@ -109,7 +117,7 @@ class DynoApi(NinjaAPI):
         patterns = []
         for pattern in super()._get_urls():
             if isinstance(pattern, URLPattern) and pattern.name not in ("openapi-json", "api-root"):
-                pattern.callback = _json_405(pattern.callback)
+                pattern.callback = _enveloped(pattern.callback)
             patterns.append(pattern)
         # ninja's root view lists nothing useful; the unknown-endpoint answer (dyno/urls.py) takes it.
         return [p for p in patterns if getattr(p, "name", None) != "api-root"]

@@ -13,7 +13,7 @@ from accounts.services import api_key_authenticate
 from api.bounded import content_length, json_object_bounded
 from api.errors import ApiError, error_response
 
-__all__ = ["ApiError", "authenticate", "error_response", "json_body", "JSON_BODY_MAX_BYTES"]
+__all__ = ["ApiError", "authenticate", "error_response", "json_body", "json_too_large", "JSON_BODY_MAX_BYTES"]
 
 # The largest JSON body any endpoint needs: a full usage batch is ~0.4 MiB (the audit endpoint sets
 # its own, smaller cap). Below DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB), past which Django refuses.
@@ -25,9 +25,13 @@ def json_body(request: HttpRequest, *, max_bytes: int = JSON_BODY_MAX_BYTES) -> 
     it is over `max_bytes`, and (400) when it is not JSON or nests too deep."""
     declared = content_length(request.META)
     if declared is not None and declared > max_bytes:
-        raise ApiError(413, "request_too_large", f"The request body is {declared:,} bytes; this endpoint reads "
-                                                 f"at most {max_bytes:,}. Send less (e.g. split a batch).")
+        raise json_too_large(declared, max_bytes)
     return json_object_bounded(request.body or b"{}", max_bytes=max_bytes, what="The request body")
+
+
+def json_too_large(declared: int, max_bytes: int) -> ApiError:
+    return ApiError(413, "request_too_large", f"The request body is {declared:,} bytes; this endpoint reads "
+                                              f"at most {max_bytes:,}. Send less (e.g. split a batch).")
 
 
 def authenticate(request: HttpRequest) -> Actor:
