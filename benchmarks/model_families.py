@@ -32,7 +32,7 @@ from runners.fingerprint import environment_fingerprint  # noqa: E402
 from runners.modelaudit import audit_model_forward  # noqa: E402
 from runners.samples import SAMPLE_FAMILIES, write_sample_model  # noqa: E402
 
-DEFAULT_FAMILIES = ("llama", "qwen2", "mixtral", "gpt2", "bert", "bert-minilm", "mamba")
+DEFAULT_FAMILIES = ("llama", "qwen2", "mixtral", "gpt2", "bert", "bert-minilm", "mamba", "t5")
 
 
 def _write_family(dest: Path, family: str) -> Path:

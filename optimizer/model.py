@@ -520,6 +520,10 @@ def example_model_inputs(model: torch.nn.Module, *, batch: int, seq: int, seed: 
     device = next(model.parameters()).device
     ids = torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(seed)).to(device)
     inputs = {"input_ids": ids}
+    if getattr(config, "is_encoder_decoder", False):  # the encoder reads the prompt; the decoder's first step
+        start = getattr(config, "decoder_start_token_id", None)
+        inputs["decoder_input_ids"] = torch.full((batch, 1), start if isinstance(start, int) else 0, dtype=torch.long,
+                                                 device=device)
     if "attention_mask" in inspect.signature(model.forward).parameters:
         inputs["attention_mask"] = torch.ones(batch, seq, dtype=torch.long, device=device)
     return inputs

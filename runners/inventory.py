@@ -44,7 +44,7 @@ import transformers
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from runners.modelload import count_parameters, load_model
+from runners.modelload import count_parameters, decoder_inputs, load_model
 
 SCHEMA = "dyno.inventory/1"
 
@@ -545,7 +545,7 @@ def make_inputs(
         raise ValueError(f"seq={seq} exceeds the model's max_position_embeddings={limit}; profile a shorter sequence")
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, _vocab_size(config), (batch, seq), generator=generator)
-    inputs = {"input_ids": ids.to(device)}
+    inputs = {"input_ids": ids.to(device), **decoder_inputs(config, batch=batch, device=device)}
     if "attention_mask" in inspect.signature(model.forward).parameters:
         inputs["attention_mask"] = torch.ones(batch, seq, dtype=torch.long, device=device)
     return inputs

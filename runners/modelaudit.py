@@ -515,6 +515,9 @@ def _check_round(outcome: _PhaseOutcome, slots: dict[str, _Slot], records: dict[
     if not base_meta or not base_meta[0].get("exact_tensor"):
         raise ModelAuditError(f"{where}: the baseline model returned no tensor output ({base_meta})")
     shape, dtype = tuple(base_meta[0]["shape"]), str(base_meta[0]["dtype"])
+    # The rows each call answers, as the trusted baseline answered them: the sequence for a decoder's
+    # prefill, one for a decode step or an encoder-decoder's first decoder step.
+    length = shape[-2] if len(shape) >= 2 else length
     problems = checks.check_output_meta(record.meta, expected_shapes=[shape], dtype=dtype,
                                         device_type=torch.device(device).type, where=where)
     if record.inconsistent:

@@ -182,6 +182,17 @@ def build_on_meta(config: transformers.PretrainedConfig) -> torch.nn.Module:
         return model_class._from_config(config, dtype=config_dtype(config))
 
 
+def decoder_inputs(config: transformers.PretrainedConfig, *, batch: int, device: str | torch.device) -> dict[str, torch.Tensor]:
+    """What an encoder-decoder model's forward needs beside the prompt: the decoder's start token,
+    one per batch entry (a prefill is the encoder over the prompt and the decoder's first step).
+    Nothing for a decoder-only or encoder-only model."""
+    if not getattr(config, "is_encoder_decoder", False):
+        return {}
+    start = next((v for v in (getattr(config, "decoder_start_token_id", None), getattr(config, "pad_token_id", None))
+                  if isinstance(v, int) and not isinstance(v, bool)), 0)
+    return {"decoder_input_ids": torch.full((batch, 1), start, dtype=torch.long, device=device)}
+
+
 def count_parameters(model: torch.nn.Module) -> int:
     """Distinct parameters (tied weights counted once, as `parameters()` deduplicates them)."""
     return sum(p.numel() for p in model.parameters())

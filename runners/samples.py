@@ -64,6 +64,23 @@ SAMPLE_FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
             "pad_token_id": 0,
         },
     ),
+    # Encoder-decoder: the encoder reads the prompt, the decoder starts from its start token.
+    "t5": (
+        "T5ForConditionalGeneration",
+        {
+            "vocab_size": 256,
+            "d_model": 64,
+            "d_kv": 16,
+            "d_ff": 128,
+            "num_layers": 2,
+            "num_decoder_layers": 2,
+            "num_heads": 4,
+            "feed_forward_proj": "gated-gelu",
+            "decoder_start_token_id": 0,
+            "pad_token_id": 0,
+            "eos_token_id": 1,
+        },
+    ),
     "mamba": (
         "MambaForCausalLM",
         {

@@ -17,7 +17,7 @@ import torch
 from runners import checks
 from runners.audit.model_inputs import POOL_SLACK, commit_weights, round_tokens, row_commitments
 from runners.measure import candidate_fault
-from runners.modelload import load_model  # before transformers: it makes the hub offline
+from runners.modelload import decoder_inputs, load_model  # before transformers: it makes the hub offline
 from runners.sandbox.wire import WorkerFault
 
 # The sandbox's zygote imports this module before it forks workers (SandboxConfig.worker_handler),
@@ -63,6 +63,7 @@ class ModelRunner:
     def __init__(self, device: str) -> None:
         self.device = device
         self.model: torch.nn.Module | None = None
+        self.config: Any = None
         self.cache_arg: str | None = None
         self.takes_mask = False
         self.phase = ""
@@ -117,7 +118,7 @@ class ModelRunner:
             decode_note = f"{type(model).__name__} does not generate text, so it has no next-token step"
         elif self.cache_arg is None:
             decode_note = f"{type(model).__name__}.forward takes no key/value cache"
-        self.model = model
+        self.model, self.config = model, config  # the config as loaded: a transform cannot change it
         # Whatever loading built stays; collections in `prepare` then only see the round's objects.
         gc.collect()
         gc.freeze()
@@ -156,7 +157,7 @@ class ModelRunner:
                               batch=batch, seq=self.seq).to(self.device)
         if self.phase == "prefill":
             self.pool = tokens
-            self.mask = self._mask(batch, self.seq)
+            self.mask = {**self._mask(batch, self.seq), **decoder_inputs(self.config, batch=batch, device=self.device)}
         elif self.phase == "decode":
             for index, prompt in enumerate(tokens):
                 out = self._forward({"input_ids": prompt, "use_cache": True, **self._mask(batch, self.seq)},

@@ -45,7 +45,7 @@ def test_it_is_deterministic_per_seed(tmp_path: Path) -> None:
 
 def test_it_refuses_an_unknown_family(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="llama"):
-        write_sample_model(tmp_path, "t5")
+        write_sample_model(tmp_path, "bloom")
 
 
 def test_it_has_a_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
