@@ -70,6 +70,7 @@ class ModelRunner:
         self.seq = 0
         self.pool: torch.Tensor | None = None  # prefill: [calls, batch, seq + POOL_SLACK]
         self.caches: list[Any] = []  # decode: one prefilled cache per call, each used once
+        self.encoded: list[torch.Tensor] = []  # decode of an encoder-decoder: the encoder output per call
         self.mask: dict[str, torch.Tensor] = {}
         self.weights: torch.Tensor | None = None
         self.commit_seed = 0
@@ -112,9 +113,7 @@ class ModelRunner:
         self.cache_arg = next((name for name in ("cache", "past_key_values") if name in params), None)
         self.takes_mask = "attention_mask" in params
         decode_note = None
-        if getattr(config, "is_encoder_decoder", False):
-            decode_note = "encoder-decoder models are not audited token by token"
-        elif not model.can_generate():
+        if not model.can_generate():
             decode_note = f"{type(model).__name__} does not generate text, so it has no next-token step"
         elif self.cache_arg is None:
             decode_note = f"{type(model).__name__}.forward takes no key/value cache"
@@ -145,7 +144,7 @@ class ModelRunner:
 
     def op_prepare(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
         """The round's token sets; for decode, each prompt's cache, prefilled here outside the window."""
-        self.pool, self.caches, self.outputs = None, [], []
+        self.pool, self.caches, self.outputs, self.encoded = None, [], [], []
         # Collections happen here, outside every timed window (automatic GC is off in workers);
         # freezing what survives keeps the next ones as cheap for a model that compiled on its
         # first call (dynamo's objects) as for the eager one, so preparing costs both alike.
@@ -159,14 +158,25 @@ class ModelRunner:
             self.pool = tokens
             self.mask = {**self._mask(batch, self.seq), **decoder_inputs(self.config, batch=batch, device=self.device)}
         elif self.phase == "decode":
+            # An encoder-decoder's prompt goes through the encoder once, here; each timed step is the
+            # decoder's next token over its own cache and the kept encoder output (its mask stays
+            # the prompt's). A decoder's step sees a mask one token longer than its prompt.
+            two_stacks = bool(getattr(self.config, "is_encoder_decoder", False))
+            self.encoded = []
             for index, prompt in enumerate(tokens):
-                out = self._forward({"input_ids": prompt, "use_cache": True, **self._mask(batch, self.seq)},
+                out = self._forward({"input_ids": prompt, "use_cache": True, **self._mask(batch, self.seq),
+                                     **decoder_inputs(self.config, batch=batch, device=self.device)},
                                     f"prefill {index} for decode")
                 cache = _cache_of(out)
                 if cache is None:
                     raise WorkerFault("harness.error", "the model returned no key/value cache with use_cache=True")
                 self.caches.append(cache)
-            self.mask = self._mask(batch, self.seq + 1)
+                if two_stacks:
+                    encoded = getattr(out, "encoder_last_hidden_state", None)
+                    if not isinstance(encoded, torch.Tensor):
+                        raise WorkerFault("harness.error", "the encoder-decoder model returned no encoder output")
+                    self.encoded.append(encoded)
+            self.mask = self._mask(batch, self.seq if two_stacks else self.seq + 1)
         else:
             raise ValueError(f"unknown phase {self.phase!r}")
         self.commit_seed = int(header["commit_seed"])
@@ -190,6 +200,9 @@ class ModelRunner:
             return {"input_ids": self.pool[index][:, start : start + self.seq], **self.mask}
         new = torch.tensor([int(t) for t in item[1:]], dtype=torch.long, device=self.device).view(-1, 1)
         assert self.cache_arg is not None
+        if self.encoded:
+            return {"decoder_input_ids": new, "encoder_outputs": (self.encoded[index],), self.cache_arg: self.caches[index],
+                    "use_cache": True, **self.mask}
         return {"input_ids": new, self.cache_arg: self.caches[index], "use_cache": True, **self.mask}
 
     def op_step(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
@@ -228,5 +241,5 @@ class ModelRunner:
         return {}, [out.detach().index_select(-2, positions).contiguous()]
 
     def op_release(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        self.pool, self.caches, self.outputs, self.weights = None, [], [], None
+        self.pool, self.caches, self.outputs, self.weights, self.encoded = None, [], [], None, []
         return {}, []

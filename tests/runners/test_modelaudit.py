@@ -330,11 +330,11 @@ def test_it_reports_an_optimized_side_that_fails_to_load_as_an_error(sample_mode
     assert _phase(report, "decode")["verdict"] == "skipped"
 
 
-@pytest.mark.parametrize("family, skipped_because", [("gpt2", None), ("bert", "does not generate"),
-                                                     ("t5", "encoder-decoder")])
+@pytest.mark.parametrize("family, skipped_because", [("gpt2", None), ("bert", "does not generate"), ("t5", None)])
 def test_it_audits_other_architectures_and_skips_decode_without_a_next_token_step(tmp_path, family, skipped_because):
-    # t5: the encoder over the prompt and the decoder's first step, whose output is one row per
-    # batch entry (the rows checked are the ones the trusted baseline answered, not `seq` of them).
+    # t5's prefill: the encoder over the prompt and the decoder's first step, one row per batch entry
+    # (the rows checked are those the trusted baseline answered, not `seq` of them); its decode: the
+    # decoder's next token over its cache and the encoder output kept from the prompt.
     folder = write_sample_model(tmp_path / family, family)
     report = _audit(folder, None, rounds=2)
     assert _phase(report, "prefill")["verdict"] == "accepted", _phase(report, "prefill")["reasons"]
