@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator
 
-from api.schemas import Day, Id, In, Moment, Money, Out, page_of
+from api.schemas import Day, Id, In, Moment, Money, Out, page_model
 from metering.fees import CURRENCY_MINOR_UNITS, ROUNDING_MODES, FeeReason
 from metering.models import CreditReason, InvoiceStatus, LineKind
 from metering.usage import MAX_EVENTS, MAX_KEY_LENGTH, Rejection, Status
@@ -163,7 +163,7 @@ class ContractRequest(In):
     measurement_plan: Annotated[Any, _as_sent(MeasurementPlanRequest)] = None
 
 
-ContractPage = page_of("ContractPage", "contracts", Contract)
+ContractPage = page_model("ContractPage", "contracts", Contract)
 
 
 # -- deployments ----------------------------------------------------------------------------------
@@ -209,7 +209,7 @@ class DeploymentReportRequest(In):
                                                                                "the report's own date")
 
 
-DeploymentPage = page_of("DeploymentPage", "deployments", Deployment)
+DeploymentPage = page_model("DeploymentPage", "deployments", Deployment)
 
 
 # -- usage ----------------------------------------------------------------------------------------
@@ -301,7 +301,7 @@ class BillingRunRequest(In):
     period: Annotated[Any, _as_sent(Period)] = Field(None, description="the month to bill, YYYY-MM")
 
 
-BillingRunPage = page_of("BillingRunPage", "billing_runs", BillingRun)
+BillingRunPage = page_model("BillingRunPage", "billing_runs", BillingRun)
 
 
 # -- invoices and credit notes --------------------------------------------------------------------
@@ -413,8 +413,8 @@ class CreditNoteRequest(In):
                                                               examples=[{"123": "2.50"}])
 
 
-InvoicePage = page_of("InvoicePage", "invoices", Invoice)
-CreditNotePage = page_of("CreditNotePage", "credit_notes", CreditNote)
+InvoicePage = page_model("InvoicePage", "invoices", Invoice)
+CreditNotePage = page_model("CreditNotePage", "credit_notes", CreditNote)
 
 
 # -- the upcoming invoice -------------------------------------------------------------------------

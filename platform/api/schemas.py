@@ -54,7 +54,7 @@ class PageQuery(BaseModel):
                                                     "first page")
 
 
-def page_of(name: str, key: str, item: type[BaseModel], **extra: Any) -> type[Out]:
+def page_model(name: str, key: str, item: type[BaseModel], **extra: Any) -> type[Out]:
     """The model of one page of a list: its rows under `key` and the next page's cursor (`extra`:
     further keys as create_model takes them)."""
     return create_model(name, __base__=Out,
@@ -173,5 +173,5 @@ class Run(Out):
     events: Optional[list[RunEvent]] = Field(None, description="on a run's own answer only")
 
 
-ModelPage = page_of("ModelPage", "models", Model)
-RunPage = page_of("RunPage", "runs", Run)
+ModelPage = page_model("ModelPage", "models", Model)
+RunPage = page_model("RunPage", "runs", Run)

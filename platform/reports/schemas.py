@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.schemas import Id, Moment, Out, page_of
+from api.schemas import Id, Moment, Out, page_model
 from reports.services import MAX_REASON_CHARS
 
 # A figure copied out of the signed body into a DecimalField (6 places), sent as its decimal text.
@@ -63,7 +63,7 @@ class Report(Out):
     links: ReportLinks
 
 
-ReportPage = page_of("ReportPage", "reports", Report)
+ReportPage = page_model("ReportPage", "reports", Report)
 
 
 class ReportBody(BaseModel):
