@@ -9,8 +9,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from runners.sandbox.procfs import thread_clock_ns
-
 CONTROLLERS = ("cpu", "cpuset", "freezer", "memory", "pids")  # "cpu": cpuacct on v1, cpu.stat on v2
 _V1_NAMES = {"cpu": "cpuacct", "cpuset": "cpuset", "freezer": "freezer", "memory": "memory", "pids": "pids"}
 PREFIX = "dyno-"
@@ -113,13 +111,9 @@ class WorkerCgroup:
             return []
 
     def cpu_ns(self) -> int:
-        """CPU time of every thread that ever ran in the cgroup. Reading each live thread's
-        clock first books its running time, so the counter is current, not a tick behind."""
-        for tid in self.tids():
-            try:
-                thread_clock_ns(tid)
-            except OSError:
-                pass  # exited meanwhile; its time is booked
+        """CPU time of every thread that ever ran in the cgroup, as booked (see
+        runners.sandbox.procfs.process_cpu_ns: exact for threads not running at the read, up to a
+        scheduler tick behind for one that is)."""
         path = self.dirs["cpu"]
         if self.version == 1:
             return int(_read(path / "cpuacct.usage"))

@@ -238,7 +238,9 @@ class Worker:
 
     def cpu_ns(self) -> int:
         """CPU time of the worker's whole tree (every thread of every process, exited ones
-        included), current to the nanosecond; the worker process alone without cgroups."""
+        included), as the kernel has booked it: exact while the tree waits or is frozen, up to a
+        scheduler tick behind for a thread running at the read; the worker process alone without
+        cgroups."""
         if self._cgroup is not None:
             return self._cgroup.cpu_ns()
         return process_cpu_ns(self.pid)
