@@ -21,7 +21,7 @@ from ninja import Body, Query, Router, Status
 from accounts.models import Organization
 from accounts.selectors import organization_for_actor
 from api.auth import ApiError
-from api.bounded import InputRejected, day_bounded, moment_bounded
+from api.bounded import InputRejected, day_bounded, id_bounded, moment_bounded
 from api.pagination import page_body
 from api.routes import CUSTOMER, FINANCE, route
 from api.schemas import PageQuery
@@ -82,13 +82,6 @@ def _operator(request: HttpRequest) -> BillingAccess:
         raise ApiError(403, "forbidden", "This endpoint bills every organization: use a finance key of the billing "
                                          "operator's organization.")
     return access
-
-
-def _uuid(value: Any, what: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(str(value))
-    except ValueError:
-        raise ApiError(400, "invalid_id", f"{what} must be an id like 0f8c...; got {value!r}.") from None
 
 
 def _date(value: Any, what: str) -> date:
@@ -167,7 +160,7 @@ def deployment_create_view(request: HttpRequest, body: schemas.DeploymentRequest
     body = body or schemas.DeploymentRequest()
     actor = request.actor
     organization = organization_for_actor(actor)
-    report = get_object_or_404(Report, pk=_uuid(body.report, "report"), organization=organization)
+    report = get_object_or_404(Report, pk=id_bounded(body.report, what="report"), organization=organization)
     deployment = deployment_create(actor=actor, organization=organization, report=report, name=body.name or "",
                                    active_from=_moment(body.active_from, "active_from"))
     return Status(201, deployment_data(deployment))
@@ -197,7 +190,7 @@ def deployment_reports(request: HttpRequest, deployment_id: uuid.UUID,
     if not reason:
         raise ApiError(400, "invalid_field", "Say why the deployment's report is corrected by hand (\"reason\"): "
                                              "it is kept in the audit log.")
-    report = get_object_or_404(Report, pk=_uuid(body.report, "report"), organization_id=deployment.organization_id)
+    report = get_object_or_404(Report, pk=id_bounded(body.report, what="report"), organization_id=deployment.organization_id)
     deployment_switch_report(actor=actor, deployment=deployment, report=report,
                              effective_from=_moment(body.effective_from, "effective_from"), reason=reason)
     return Status(201, deployment_data(deployment))

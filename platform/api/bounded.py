@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import uuid
 from collections.abc import Callable, Mapping
 from datetime import UTC, date, datetime
 from typing import Any
@@ -37,8 +38,8 @@ _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
 class InputRejected(ValueError):
-    """Input refused before it could do harm. `code`: "too_large", "too_deep", "invalid_json" or
-    "invalid_time"; `message` says what was wrong and what to do, and never carries server detail."""
+    """Input refused before it could do harm. `code`: "too_large", "too_deep", "invalid_json",
+    "invalid_time" or "invalid_id"; `message` says what was wrong and what to do, and never carries server detail."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -187,3 +188,17 @@ def day_bounded(value: Any, *, what: str) -> date:
         raise InputRejected("invalid_time", f"{what} {value!r} is outside the accepted window {_window()}; "
                                             "check the year.")
     return day
+
+
+def id_bounded(value: Any, *, what: str) -> uuid.UUID:
+    """An object's id as the API writes it (a UUID); anything else is refused with an example."""
+    if isinstance(value, uuid.UUID):
+        return value
+    text = value if isinstance(value, str) else json.dumps(value, default=str)[:_MAX_MOMENT_CHARS + 1]
+    try:
+        if len(text) > _MAX_MOMENT_CHARS:
+            raise ValueError
+        return uuid.UUID(text)
+    except ValueError:
+        raise InputRejected("invalid_id", f"{what} must be an id like 0f8c2d1e-5b7a-4c1e-9a3b-2d4e6f8a0b1c; "
+                                          f"got {text[:60]!r}.") from None

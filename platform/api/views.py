@@ -12,7 +12,7 @@ from accounts.selectors import organization_for_actor
 from api import schemas
 from api.routes import documented, route
 from api.auth import ApiError, json_body
-from api.bounded import content_length
+from api.bounded import content_length, id_bounded
 from api.pagination import page_body
 from api.serializers import model_dict, model_version_dict, run_dict
 from catalog.selectors import model_get, model_list, model_version_get
@@ -85,7 +85,7 @@ def runs_list(request: HttpRequest, page: Query[schemas.PageQuery]):
        ok={201: schemas.Run}, errors=(400, 404, 413))
 def run_create(request: HttpRequest, body: schemas.RunRequest):
     actor = request.actor
-    version = model_version_get(actor=actor, version_id=_uuid(body.model_version, "model_version"))
+    version = model_version_get(actor=actor, version_id=id_bounded(body.model_version, what="model_version"))
     try:
         run = run_start(actor=actor, version=version, hardware=body.hardware, profile=body.profile,
                         batch=body.batch, seq=body.seq)
@@ -153,14 +153,6 @@ def audits(request: HttpRequest):
        summary="An audit's status, verdict and per-check result", ok={200: schemas.Run}, errors=(404,))
 def audit_detail(request: HttpRequest, run_id: uuid.UUID):
     return run_dict(run_get(actor=request.actor, run_id=run_id), with_events=True)
-
-
-def _uuid(value: str, what: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise ApiError(400, "invalid_id", f"{what} must be an id like 0f8c2d1e-5b7a-4c1e-9a3b-2d4e6f8a0b1c; "
-                                          f"got {value[:60]!r}.") from None
 
 
 def _candidate_too_large(what: str) -> ApiError:

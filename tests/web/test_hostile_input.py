@@ -197,6 +197,22 @@ def test_it_refuses_zip_entries_that_cannot_be_written(client, key, media_root, 
     _nothing_uploaded(media_root)
 
 
+# -- ids ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("report", ["not-an-id", "0" * 10**4, 12, None, ["x"] * 10**4])
+def test_it_refuses_a_deployment_of_a_report_that_is_no_id(client, make_org, make_key, report):
+    org = make_org()
+    body = {"report": report, "name": "prod"}
+    response = client.post("/api/v1/deployments", json.dumps(body), content_type="application/json",
+                           **_auth(make_key(org)))
+    assert response.status_code == 400, response.content[:300]
+    error = response.json()["error"]
+    assert error["code"] == "invalid_id" and error["message"].startswith("report must be an id like "), error
+    assert len(error["message"]) < 200  # what was sent is quoted, cut short
+    assert Deployment.objects.count() == 0
+
+
 # -- datetimes ----------------------------------------------------------------------------------
 
 
