@@ -28,6 +28,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 from optimizer.model import Strategy, optimize_model  # noqa: E402
+from runners import measure  # noqa: E402
 from runners.fingerprint import environment_fingerprint  # noqa: E402
 from runners.modelaudit import audit_model_forward  # noqa: E402
 from runners.samples import SAMPLE_FAMILIES, write_sample_model  # noqa: E402
@@ -74,7 +75,8 @@ def _reference(block: dict[str, Any], name: str) -> dict[str, Any]:
 
 def run_one(folder: Path, *, batch: int, seq: int, profile: str) -> dict[str, Any]:
     started = time.monotonic()
-    artifact = optimize_model(folder, batch=batch, seq=seq, device="cpu")
+    artifact = optimize_model(folder, batch=batch, seq=seq, device="cpu",
+                              threads=measure.protocol_for(profile).worker_threads())
     optimize_s = time.monotonic() - started
     row: dict[str, Any] = {
         "strategy": artifact.strategy,

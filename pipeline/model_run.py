@@ -18,7 +18,7 @@ import optimizer.model
 from optimizer.cache import JsonlTuningCache
 from optimizer.model import OptimizationArtifact
 from pipeline import optimized
-from runners import evaluate, modelplan
+from runners import evaluate, measure, modelplan
 from runners import inventory as inventories
 from runners.fingerprint import environment_fingerprint
 
@@ -82,8 +82,10 @@ def run_model_pipeline(model_dir: Path, *, batch: int, seq: int, profile: str, d
         artifact = OptimizationArtifact.from_dict(replay)
         optimize(1.0, f"re-audit: replaying the artifact measured before (strategy {artifact.strategy})")
     else:
+        # Estimated at the thread count the end-to-end audit's workers run at.
         artifact = optimizer.model.optimize_model(model_dir, batch=batch, seq=seq, device=device,
-                                  cache=JsonlTuningCache(tuning_cache), hardware=hardware, try_compile=try_compile)
+                                  cache=JsonlTuningCache(tuning_cache), hardware=hardware, try_compile=try_compile,
+                                  threads=measure.protocol_for(profile).worker_threads())
         artifact.audited = {w.key: sources[w.key] for w in planned}
         optimize(1.0, f"optimization artifact: strategy {artifact.strategy}")
     seconds["optimize"] = time.monotonic() - started

@@ -173,6 +173,28 @@ def test_it_optimizes_an_unsupported_architecture_without_crashing(tmp_path):
     assert all(m.status != Status.OPTIMIZED for m in artifact.modules)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_it_estimates_at_the_thread_count_the_audit_runs_at(models, threads):
+    # A strategy chosen at another thread count than its audit's can win the estimate and lose
+    # the audit; every timed estimate runs at `threads`, and the caller's count is restored.
+    seen: list[int] = []
+
+    def timer(fn):
+        seen.append(torch.get_num_threads())
+        fn()
+        return 1.0
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        artifact = optimize_model(models["llama"], batch=1, seq=8, try_compile=False, timer=timer, threads=threads)
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(previous)
+    assert len(seen) >= 2 and set(seen) == {threads}  # the unmodified model and the patched one
+    assert artifact.estimates["threads"] == threads
+
+
 @pytest.mark.slow
 def test_it_tries_whole_model_compile_configurations_and_applies_the_fastest(models):
     # Estimates: eager 1.0, default compile 0.6, compile with frozen weights 0.5.
