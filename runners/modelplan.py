@@ -191,6 +191,13 @@ def _not_billable(billed: dict[str, Any], phases: list[dict[str, Any]], end_to_e
     if low <= 1.0:
         notes.append({"code": "model.no_proven_speedup",
                       "message": f"{billed['phase']}: the 95% CI lower bound {low:.3f} is not above 1, so no speedup is proven"})
+    slower = [p for p in phases if p["ci95"][1] < 1.0]
+    for phase in slower:
+        low, high = phase["ci95"]
+        notes.append({"code": "model.slower",
+                      "message": f"{phase['phase']}: the optimized model is slower than the unmodified one (95% CI "
+                                 f"{low:.3f}-{high:.3f}, wholly below 1); do not deploy this artifact, keep the "
+                                 "unmodified model"})
     return notes
 
 

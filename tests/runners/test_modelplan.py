@@ -163,6 +163,20 @@ def test_an_accepted_figure_that_does_not_bill_says_which_check_stops_it():
     assert "lower bound 0.970 is not above 1" in block["not_billable"][1]["message"]
 
 
+def test_an_artifact_proven_slower_says_so_and_that_it_should_not_be_deployed():
+    from runners.modelplan import billed_model_block
+
+    block = billed_model_block(_amdahl(), {"phases": [_phase("prefill", 0.898, [0.858, 0.953]),
+                                                      _phase("decode", 1.02, [0.97, 1.08])]})
+    codes = [n["code"] for n in block["not_billable"]]
+    assert codes == ["model.no_proven_speedup", "model.slower"]
+    assert "prefill" in block["not_billable"][1]["message"] and "0.858-0.953" in block["not_billable"][1]["message"]
+    assert "do not deploy" in block["not_billable"][1]["message"]
+    # Inside noise of 1 is not "slower": only an interval wholly below 1 is.
+    level = billed_model_block(_amdahl(), {"phases": [_phase("prefill", 0.998, [0.958, 1.035])]})
+    assert [n["code"] for n in level["not_billable"]] == ["model.no_proven_speedup"]
+
+
 def test_no_model_figure_bills_when_the_end_to_end_audit_did_not_run_or_refused_the_artifact():
     from runners.modelplan import billed_model_block
 
