@@ -28,6 +28,7 @@ EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 LATEST = datetime(2100, 1, 1, tzinfo=UTC)
 
 _MAX_MOMENT_CHARS = 64  # the longest RFC 3339 text is 35 characters
+_MAX_ID_CHARS = 64  # a UUID is 36 characters (45 with a "urn:uuid:" prefix)
 _MAX_INT_DIGITS = 100  # a 64-bit integer has 20; far longer ones only cost quadratic parsing time
 # A JSON string token, removed before brackets are counted: brackets inside strings are text. An
 # unterminated string runs to the end (a parser stops there too), so every match attempt succeeds
@@ -194,9 +195,9 @@ def id_bounded(value: Any, *, what: str) -> uuid.UUID:
     """An object's id as the API writes it (a UUID); anything else is refused with an example."""
     if isinstance(value, uuid.UUID):
         return value
-    text = value if isinstance(value, str) else json.dumps(value, default=str)[:_MAX_MOMENT_CHARS + 1]
+    text = value if isinstance(value, str) else json.dumps(value, default=str)[:_MAX_ID_CHARS + 1]
     try:
-        if len(text) > _MAX_MOMENT_CHARS:
+        if len(text) > _MAX_ID_CHARS:
             raise ValueError
         return uuid.UUID(text)
     except ValueError:

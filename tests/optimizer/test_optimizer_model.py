@@ -23,6 +23,9 @@ from optimizer.model import (
     optimize_model,
     remove,
 )
+from optimizer.cache import JsonlTuningCache, MemoryTuningCache, TuningEntry
+from optimizer.model import strategy_key
+from optimizer.search import default_hardware
 from runners.samples import write_sample_model
 
 
@@ -195,15 +198,74 @@ def test_it_estimates_at_the_thread_count_the_audit_runs_at(models, threads):
     assert artifact.estimates["threads"] == threads
 
 
+def never_timed(fn):
+    raise AssertionError("a cached strategy decision was timed again")
+
+
+def test_a_second_model_of_the_same_architecture_reuses_the_strategy_decision(models, tmp_path):
+    # Another customer's weights, the same architecture and shape: the decision is reused without
+    # timing anything; its patches are verified on the new weights and deploy as before.
+    cache = JsonlTuningCache(tmp_path / "tuning.jsonl")
+    first = optimize_model(models["llama"], batch=1, seq=8, try_compile=False, timer=scripted_timer(1.0, 0.5),
+                           cache=cache, threads=1)
+    assert first.strategy == Strategy.PATCHED and "from_cache" not in first.estimates
+    other = write_sample_model(tmp_path / "other-llama", "llama", seed=3)
+    second = optimize_model(other, batch=1, seq=8, try_compile=False, timer=never_timed, cache=cache, threads=1)
+    assert second.strategy == Strategy.PATCHED and second.kernels == first.kernels
+    assert second.estimates["from_cache"]["estimated_speedup"] == pytest.approx(2.0)
+    assert second.estimates["from_cache"]["estimates"]["patched-modules"] == 0.5
+    assert any("from the tuning cache" in note for note in second.notes)
+    assert second.verification[Strategy.PATCHED]["passed"]
+    model = load_model(other)
+    before = outputs(model)
+    assert compare_outputs(outputs(optimizer.apply(model, second)), before)["passed"]
+
+
+@pytest.mark.parametrize("change", [{"seq": 16}, {"threads": 2}, {"try_compile": True}])
+def test_a_decision_is_reused_only_for_the_shape_threads_and_options_it_was_made_for(models, tmp_path, change):
+    cache = JsonlTuningCache(tmp_path / "tuning.jsonl")
+    options = dict(batch=1, seq=8, try_compile=False, threads=1)
+    optimize_model(models["llama"], timer=scripted_timer(1.0, 0.5), cache=cache, **options)
+    key = strategy_key(load_model(models["llama"]), batch=1, seq=8, device="cpu", hardware=default_hardware(),
+                       threads=1, try_compile=False)
+    assert cache.get(key).candidate == Strategy.PATCHED
+    changed = {**options, **change}
+    changed_key = strategy_key(load_model(models["llama"]), batch=1, seq=changed["seq"], device="cpu",
+                               hardware=default_hardware(), threads=changed["threads"], try_compile=changed["try_compile"])
+    assert changed_key.digest() != key.digest() and cache.get(changed_key) is None
+
+
+def test_a_cached_patch_strategy_that_fails_on_this_model_is_searched_again(models, tmp_path):
+    # bert has no module a CPU kernel patches: a cached "patched" decision cannot hold for it.
+    cache = MemoryTuningCache()
+    model = load_model(models["bert"])
+    key = strategy_key(model, batch=2, seq=8, device="cpu", hardware=default_hardware(), threads=1, try_compile=False)
+    cache.put(key, TuningEntry(params={"strategy": Strategy.PATCHED}, candidate=Strategy.PATCHED,
+                               source_sha256=key.kernels_sha256, shape={"batch": 2, "seq": 8}, speedup_estimate=3.0,
+                               tuning_seconds=1.0))
+    timed: list[float] = []
+    artifact = optimize_model(model, batch=2, seq=8, try_compile=False, cache=cache, threads=1,
+                              timer=lambda fn: timed.append(1.0) or 1.0)
+    assert timed and artifact.strategy == Strategy.BASELINE and "from_cache" not in artifact.estimates
+    assert any("did not verify on this model; searched again" in note for note in artifact.notes)
+    assert cache.get(key).candidate == Strategy.BASELINE  # the search's own decision replaces it
+
+
 @pytest.mark.slow
-def test_it_tries_whole_model_compile_configurations_and_applies_the_fastest(models):
-    # Estimates: eager 1.0, default compile 0.6, compile with frozen weights 0.5.
+def test_it_tries_whole_model_compile_configurations_and_applies_the_fastest(models, monkeypatch):
+    # Two of the variants (each is a compile of its own): estimates eager 1.0, default compile 0.6,
+    # frozen weights with the C++ wrapper 0.5; the artifact deploys in a freshly loaded model.
+    import optimizer.model as model_module
+
+    variants = dict(model_module.COMPILE_VARIANTS)
+    monkeypatch.setattr(model_module, "COMPILE_VARIANTS",
+                        (("default", variants["default"]), ("freezing-cpp-wrapper", variants["freezing-cpp-wrapper"])))
     artifact = optimize_model(models["gpt2"], batch=1, seq=8, try_compile=True, timer=scripted_timer(1.0, 0.6, 0.5))
     assert artifact.strategy == Strategy.COMPILE and artifact.verification[Strategy.COMPILE]["passed"]
-    assert artifact.verification[Strategy.COMPILE]["variant"] == "freezing"
-    assert artifact.compile == {"dynamic": False, "options": {"freezing": True}}
-    assert artifact.estimates["compile_variants"] == {"default": 0.6, "freezing": 0.5}
-    assert set(artifact.verification["compile_variants"]) == {"default", "freezing"}
+    assert artifact.verification[Strategy.COMPILE]["variant"] == "freezing-cpp-wrapper"
+    assert artifact.compile == {"dynamic": False, "options": {"freezing": True, "cpp_wrapper": True}}
+    assert artifact.estimates["compile_variants"] == {"default": 0.6, "freezing-cpp-wrapper": 0.5}
+    assert set(artifact.verification["compile_variants"]) == {"default", "freezing-cpp-wrapper"}
     model = load_model(models["gpt2"])
     before = outputs(model, 1, 8)
     after = outputs(optimizer.apply(model, artifact), 1, 8)
