@@ -64,11 +64,16 @@ def kernels_sha256(family: str) -> str:
         seen.add(name)
         text = (_KERNELS_DIR / f"{name}.py").read_text(encoding="utf-8")
         pending += [a or b for a, b in _IMPORT_RE.findall(text)]
-    h = hashlib.sha256()
-    for path in [_KERNELS_DIR / f"{n}.py" for n in sorted(seen)] + [
+    return sources_sha256([_KERNELS_DIR / f"{n}.py" for n in sorted(seen)] + [
         Path(__file__).resolve().parent / "candidates.py",
         Path(__file__).resolve().parent / "search.py",
-    ]:
+    ])
+
+
+def sources_sha256(paths: list[Path]) -> str:
+    """One hash over source files, each by its name and bytes, in the order given."""
+    h = hashlib.sha256()
+    for path in paths:
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from optimizer.cache import TuningCache, TuningEntry, TuningKey, make_key
+from optimizer.cache import TuningCache, TuningEntry, TuningKey, make_key, sources_sha256
 from optimizer.candidates import Variant, family_constants, is_gpu, load_kernel, render_candidate, variant_from_params
 from optimizer.kernels._common import threads as intra_op_threads
 
@@ -644,7 +644,7 @@ def optimize_model(
                                                  entries, kernels, verification, estimates, notes)
             if cache is not None:
                 cache.put(key, TuningEntry(
-                    params={"strategy": strategy, "compile": options,
+                    params={"compile": options,
                             "variant": (verification.get(Strategy.COMPILE) or {}).get("variant"),
                             "estimates": {k: v for k, v in estimates.items() if k != "timer"}},
                     candidate=strategy, source_sha256=key.kernels_sha256, shape={"batch": batch, "seq": seq},
@@ -676,16 +676,10 @@ def optimize_model(
     )
 
 
-def _deciding_code_sha256() -> str:
-    here = Path(__file__).resolve().parent
-    h = hashlib.sha256()
-    for path in [Path(__file__).resolve(), here / "candidates.py", here / "search.py", *sorted((here / "kernels").glob("*.py"))]:
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
 # Read once, at import: the code this process runs, even if the files change under it.
-_DECIDING_CODE_SHA256 = _deciding_code_sha256()
+_HERE = Path(__file__).resolve().parent
+_DECIDING_CODE_SHA256 = sources_sha256([Path(__file__).resolve(), _HERE / "candidates.py", _HERE / "search.py",
+                                        *sorted((_HERE / "kernels").glob("*.py"))])
 
 
 def strategy_key(model: torch.nn.Module, *, batch: int, seq: int, device: str, hardware: str, threads: int,

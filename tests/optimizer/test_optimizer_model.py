@@ -240,7 +240,7 @@ def test_a_cached_patch_strategy_that_fails_on_this_model_is_searched_again(mode
     cache = MemoryTuningCache()
     model = load_model(models["bert"])
     key = strategy_key(model, batch=2, seq=8, device="cpu", hardware=default_hardware(), threads=1, try_compile=False)
-    cache.put(key, TuningEntry(params={"strategy": Strategy.PATCHED}, candidate=Strategy.PATCHED,
+    cache.put(key, TuningEntry(params={}, candidate=Strategy.PATCHED,
                                source_sha256=key.kernels_sha256, shape={"batch": 2, "seq": 8}, speedup_estimate=3.0,
                                tuning_seconds=1.0))
     timed: list[float] = []
