@@ -272,6 +272,52 @@ def test_it_tries_whole_model_compile_configurations_and_applies_the_fastest(mod
     assert compare_outputs(after, before)["passed"]
 
 
+def test_compile_options_translate_the_guard_policy_and_refuse_an_unknown_one():
+    from optimizer.model import FIXED_MODULES, _fixed_module_guards, compile_kwargs
+
+    stored = {"dynamic": False, "options": {"cpp_wrapper": True}, "guards": FIXED_MODULES}
+    assert compile_kwargs(stored) == {"dynamic": False, "options": {"cpp_wrapper": True, "guard_filter_fn": _fixed_module_guards}}
+    assert stored["options"] == {"cpp_wrapper": True}  # the stored configuration is not altered
+    assert compile_kwargs({"dynamic": False}) == {"dynamic": False}
+    with pytest.raises(ArtifactMismatch, match="unknown guard policy 'none'"):
+        compile_kwargs({"dynamic": False, "guards": "none"})
+
+
+@pytest.mark.slow
+def test_a_fixed_modules_compile_keeps_input_guards_and_runs_uncompiled_when_the_model_changes(models, monkeypatch):
+    # Module-attribute guards are dropped; the inputs' guards stay (another shape is compiled
+    # again, not run through the first graph), and a hook or training mode on the model sends the
+    # call to the uncompiled forward.
+    import optimizer.model as model_module
+
+    monkeypatch.setattr(model_module, "COMPILE_VARIANTS",
+                        (("cpp-wrapper-fixed-modules", dict(model_module.COMPILE_VARIANTS)["cpp-wrapper-fixed-modules"]),))
+    artifact = optimize_model(models["gpt2"], batch=1, seq=8, try_compile=True, timer=scripted_timer(1.0, 0.5))
+    assert artifact.strategy == Strategy.COMPILE and artifact.compile["guards"] == "fixed-modules"
+    model = load_model(models["gpt2"])
+    eager = {seq: outputs(model, 1, seq) for seq in (8, 6)}
+    optimizer.apply(model, artifact)
+    assert isinstance(model._compiled_call_impl, model_module._FixedModulesCall)
+    for seq in (8, 6):
+        assert compare_outputs(outputs(model, 1, seq), eager[seq])["passed"]
+    seen = []
+    model.register_forward_hook(lambda module, args, out: seen.append(type(out).__name__))
+    outputs(model, 1, 8)
+    assert seen == ["CausalLMOutputWithCrossAttentions"]
+    model._forward_hooks.clear()
+
+    def compiled_must_not_run(*args, **kwargs):
+        raise AssertionError("the compiled forward ran for a model in training mode")
+
+    model._compiled_call_impl.compiled = compiled_must_not_run
+    model.train()
+    torch.manual_seed(0)
+    assert outputs(model, 1, 8).shape == eager[8].shape
+    model.eval()
+    with pytest.raises(AssertionError, match="training mode"):
+        outputs(model, 1, 8)
+
+
 @pytest.mark.parametrize("family,expected", [("llama", {"rmsnorm", "swiglu"}), ("mixtral", {"rmsnorm", "moe"}),
                                              ("mamba", {"rmsnorm", "ssm_scan"})])
 def test_it_verifies_gpu_artifacts_triton_kernels_in_the_model_under_the_interpreter(models, family, expected):
