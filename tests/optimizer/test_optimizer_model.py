@@ -29,14 +29,20 @@ from optimizer.search import default_hardware
 from runners.samples import write_sample_model
 
 
-def scripted_timer(*estimates: float):
-    """Stands in for the quick timer: runs the candidate once and returns the next estimate
-    (optimize_model times the baseline first, then the patched model, then whole-model compile)."""
+def scripted_timer(*estimates: float, decode: dict[int, float] | None = None):
+    """Stands in for the quick timer: runs the candidate once and returns the next prefill estimate
+    (optimize_model times the baseline first, then the patched model, then whole-model compile);
+    a strategy's decode step gets its prefill estimate, or `decode[i]` for the i-th strategy."""
     it = iter(estimates)
+    seen: list[float] = []
 
-    def timer(fn):
+    def timer(fn, prepare=None):
+        if prepare is not None:
+            fn(**prepare())
+            return (decode or {}).get(len(seen) - 1, seen[-1])
         fn()
-        return next(it)
+        seen.append(next(it))
+        return seen[-1]
 
     return timer
 
@@ -182,9 +188,9 @@ def test_it_estimates_at_the_thread_count_the_audit_runs_at(models, threads):
     # the audit; every timed estimate runs at `threads`, and the caller's count is restored.
     seen: list[int] = []
 
-    def timer(fn):
+    def timer(fn, prepare=None):
         seen.append(torch.get_num_threads())
-        fn()
+        fn(**prepare()) if prepare else fn()
         return 1.0
 
     previous = torch.get_num_threads()
@@ -266,10 +272,55 @@ def test_it_tries_whole_model_compile_configurations_and_applies_the_fastest(mod
     assert artifact.compile == {"dynamic": False, "options": {"freezing": True, "cpp_wrapper": True}}
     assert artifact.estimates["compile_variants"] == {"default": 0.6, "freezing-cpp-wrapper": 0.5}
     assert set(artifact.verification["compile_variants"]) == {"default", "freezing-cpp-wrapper"}
+    assert artifact.verification[Strategy.COMPILE]["decode"]["passed"]  # checked on the decode step too
+    assert artifact.estimates["compile_variants_decode"] == {"default": 0.6, "freezing-cpp-wrapper": 0.5}
     model = load_model(models["gpt2"])
     before = outputs(model, 1, 8)
     after = outputs(optimizer.apply(model, artifact), 1, 8)
     assert compare_outputs(after, before)["passed"]
+
+
+def test_the_quick_estimate_takes_more_calls_of_a_short_forward_and_the_minimum_of_a_long_one():
+    import time
+
+    from optimizer.model import quick_time
+
+    calls = []
+    quick_time(lambda: calls.append(1), rounds=5, budget_s=10.0, max_rounds=40)
+    assert len(calls) == 1 + 40  # a warm-up, then calls up to the cap while the budget lasts
+    calls.clear()
+    quick_time(lambda: (calls.append(1), time.sleep(0.02)), rounds=2, budget_s=0.05, max_rounds=40)
+    assert 1 + 2 <= len(calls) <= 1 + 3  # the minimum, then only while the 50 ms budget lasts
+
+
+def test_a_strategy_that_wins_prefill_and_loses_decode_is_not_chosen(models):
+    # The audit bills the lower phase: patches estimated 2x on prefill and 0.83x on decode
+    # (baseline 1.0 both) lose to the unmodified model; 2x and 1.25x win, estimated at 1.25x.
+    losing = optimize_model(models["llama"], batch=1, seq=8, try_compile=False, timer=scripted_timer(1.0, 0.5, decode={1: 1.2}))
+    assert losing.strategy == Strategy.BASELINE
+    assert losing.estimates["decode"] == {Strategy.BASELINE: 1.0, Strategy.PATCHED: 1.2}
+    assert any("in both prefill and decode" in note for note in losing.notes)
+    winning = optimize_model(models["llama"], batch=1, seq=8, try_compile=False, timer=scripted_timer(1.0, 0.5, decode={1: 0.8}),
+                             cache=(cache := MemoryTuningCache()), threads=1)
+    assert winning.strategy == Strategy.PATCHED
+    key = strategy_key(load_model(models["llama"]), batch=1, seq=8, device="cpu", hardware=default_hardware(), threads=1,
+                       try_compile=False)
+    assert cache.get(key).speedup_estimate == pytest.approx(1.25)
+
+
+def test_the_decode_step_extends_a_fresh_prompt_cache_on_every_call(models):
+    from optimizer.model import example_decode_inputs
+
+    model = load_model(models["llama"])
+    inputs = example_model_inputs(model, batch=2, seq=8, seed=3)
+    prepare = example_decode_inputs(model, inputs)
+    first, second = prepare(), prepare()
+    assert first["input_ids"].shape == (2, 1) and first["attention_mask"].shape == (2, 9)
+    assert first["cache"] is not second["cache"] and first["cache"].get_seq_length() == 8
+    with torch.no_grad():
+        a, b = model(**first).logits, model(**second).logits
+    assert a.shape == (2, 1, model.config.vocab_size) and torch.equal(a, b)
+    assert example_decode_inputs(load_model(models["bert"]), example_model_inputs(load_model(models["bert"]), batch=1, seq=4)) is None
 
 
 def test_compile_options_translate_the_guard_policy_and_refuse_an_unknown_one():

@@ -23,7 +23,7 @@ def artifact_file(sample_models, tmp_path_factory) -> Path:
     # The optimizer's real artifact, with its quick timer fixed so that nothing beats the unmodified
     # model: strategy `baseline`, which the optimized worker applies without compiling.
     artifact = optimize_model(sample_models["llama"], batch=1, seq=16, device="cpu", try_compile=False,
-                              timer=lambda fn: 1.0)
+                              timer=lambda fn, prepare=None: 1.0)
     assert artifact.strategy == Strategy.BASELINE
     path = tmp_path_factory.mktemp("artifact") / "artifact.json"
     artifact.save(path)

@@ -40,7 +40,7 @@ def llama_artifact(sample_models):
     # The optimizer's real artifact, with the quick timer fixed so that no strategy beats the
     # unmodified model: `baseline`, applied through optimizer.model.apply without compiling.
     artifact = optimize_model(sample_models["llama"], batch=BATCH, seq=SEQ, device="cpu", try_compile=False,
-                              timer=lambda fn: 1.0)
+                              timer=lambda fn, prepare=None: 1.0)
     assert artifact.strategy == Strategy.BASELINE
     return artifact
 
