@@ -574,6 +574,8 @@ def quick_time(fn: Callable[..., Any], rounds: int = 5, *, prepare: Callable[[],
 
 
 def _cache_of(out: Any) -> Any:
+    """The key/value cache a forward with use_cache=True returned (transformers 5: `cache`). The
+    judge reads it with its own copy (runners/audit/model_worker.py): neither side imports the other."""
     for attr in ("cache", "past_key_values"):
         value = getattr(out, attr, None)
         if value is not None:
