@@ -54,6 +54,8 @@ def _phases(block: dict[str, Any]) -> dict[str, Any]:
             "speedup": phase.get("speedup"),
             "ci95": phase.get("ci95"),
             "aa_stable": (phase.get("aa") or {}).get("stable"),
+            "aa": (phase.get("aa") or {}).get("speedup"),
+            "aa_ci95": (phase.get("aa") or {}).get("ci95"),
             "billable": phase.get("billable"),
             "reasons": [r["code"] for r in phase.get("reasons", [])],
             "note": phase.get("note"),
