@@ -120,20 +120,19 @@ def compile_kwargs(stored: dict[str, Any]) -> dict[str, Any]:
 
 
 class _FixedModulesCall:
-    """A fixed-modules artifact's forward: the compiled call while the model is as it was applied
-    (eval mode, no hook on the model itself), the uncompiled one otherwise, because the guards that
-    would have noticed the change were dropped. Changes deeper in the model (one submodule put in
-    training mode, a submodule replaced, a hook on a submodule) are outside the artifact's contract
-    (docs/guide.md) and not detected."""
+    """A fixed-modules artifact's forward: the compiled call while the model is in eval mode, the
+    uncompiled one in training mode, because the training-flag guards that would have noticed were
+    dropped (a hook added later is noticed by Dynamo itself: it does not hang on those guards).
+    Changes deeper in the model (one submodule put in training mode, a submodule replaced) are
+    outside the artifact's contract (docs/guide.md) and not detected."""
 
     def __init__(self, model: torch.nn.Module, compiled: Callable[..., Any]):
         self.model = model
         self.compiled = compiled
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        model = self.model
-        if model.training or model._forward_hooks or model._forward_pre_hooks:
-            return model._call_impl(*args, **kwargs)
+        if self.model.training:
+            return self.model._call_impl(*args, **kwargs)
         return self.compiled(*args, **kwargs)
 
 
@@ -745,14 +744,15 @@ def optimize_model(
         else:
             probe = _make_probe(model, inputs, reference, timer, notes)
             install = (lambda: _patched(model, entries, kernels)) if patched else None
-            strategy, options = _search_strategy(model, probe, install, try_compile, verification, estimates, notes)
+            strategy, options, speedup = _search_strategy(model, probe, install, try_compile, verification, estimates,
+                                                          notes)
             if cache is not None:
                 cache.put(key, TuningEntry(
                     params={"compile": options,
                             "variant": (verification.get(Strategy.COMPILE) or {}).get("variant"),
                             "estimates": {k: v for k, v in estimates.items() if k != "timer"}},
                     candidate=strategy, source_sha256=key.kernels_sha256, shape={"batch": batch, "seq": seq},
-                    speedup_estimate=_estimated_speedup(estimates, strategy),
+                    speedup_estimate=speedup,
                     tuning_seconds=time.monotonic() - started))
     if strategy != Strategy.PATCHED:
         for e in entries:
@@ -797,16 +797,6 @@ def strategy_key(model: torch.nn.Module, *, batch: int, seq: int, device: str, h
                        + f"\0compile={bool(try_compile)}\0{_DECIDING_CODE_SHA256}".encode())
     return make_key(_MODEL_FAMILY, {"batch": batch, "seq": seq, "threads": threads}, _dtype_name(_model_dtype(model)),
                     hardware=hardware, device=device, source_sha256=h.hexdigest())
-
-
-def _estimated_speedup(estimates: dict[str, Any], strategy: str) -> float | None:
-    """The chosen strategy's estimated lower phase speedup (1.0 for the unmodified model)."""
-    def phases(name: str) -> dict[str, float]:
-        found = {"prefill": estimates.get(name), "decode": (estimates.get("decode") or {}).get(name)}
-        return {phase: float(t) for phase, t in found.items() if isinstance(t, float)}
-
-    speedup = _lower_phase_speedup(phases(Strategy.BASELINE), phases(strategy))
-    return speedup or None
 
 
 def _reuse_decision(decided: TuningEntry, key: TuningKey, verification: dict[str, Any], estimates: dict[str, Any],
@@ -878,10 +868,11 @@ def _make_probe(model: torch.nn.Module, inputs: dict[str, torch.Tensor], referen
 
 def _search_strategy(model: torch.nn.Module, probe: _Probe, patched: Callable[[], Any] | None, try_compile: bool,
                      verification: dict[str, Any], estimates: dict[str, Any], notes: list[str]
-                     ) -> tuple[str, dict[str, Any] | None]:
+                     ) -> tuple[str, dict[str, Any] | None, float]:
     """Time the unmodified model, the verified patches (`patched`: a context manager installing
     them) and every compile variant, prefill and decode; the strategy whose lower phase speedup is
-    highest, if it beats the unmodified model by MIN_MODEL_GAIN, and its compile options."""
+    highest, if it beats the unmodified model by MIN_MODEL_GAIN, its compile options and that
+    estimated speedup (1.0 for the unmodified model)."""
     phases = {Strategy.BASELINE: probe.time(model)}
     if patched is not None:
         with patched():
@@ -900,10 +891,10 @@ def _search_strategy(model: torch.nn.Module, probe: _Probe, patched: Callable[[]
         speedups = {strategy: _lower_phase_speedup(base, times) for strategy, times in phases.items()}
         best = max(speedups, key=speedups.__getitem__)
         if speedups[best] > 1 / (1 - MIN_MODEL_GAIN):
-            return best, options if best == Strategy.COMPILE else None
+            return best, options if best == Strategy.COMPILE else None, speedups[best]
         notes.append(f"no strategy beat the unmodified model by {MIN_MODEL_GAIN:.0%} in the quick estimate"
                      + (" in both prefill and decode" if probe.decode is not None else ""))
-    return Strategy.BASELINE, None
+    return Strategy.BASELINE, None, 1.0
 
 
 def _best_compile(model: torch.nn.Module, probe: _Probe, base: dict[str, float], verification: dict[str, Any],

@@ -337,8 +337,8 @@ def test_compile_options_translate_the_guard_policy_and_refuse_an_unknown_one():
 @pytest.mark.slow
 def test_a_fixed_modules_compile_keeps_input_guards_and_runs_uncompiled_when_the_model_changes(models, monkeypatch):
     # Module-attribute guards are dropped; the inputs' guards stay (another shape is compiled
-    # again, not run through the first graph), and a hook or training mode on the model sends the
-    # call to the uncompiled forward.
+    # again, not run through the first graph), a hook added later still fires, and training mode
+    # sends the call to the uncompiled forward.
     import optimizer.model as model_module
 
     monkeypatch.setattr(model_module, "COMPILE_VARIANTS",
