@@ -348,7 +348,7 @@ def test_a_fixed_modules_compile_keeps_input_guards_and_runs_uncompiled_when_the
     model = load_model(models["gpt2"])
     eager = {seq: outputs(model, 1, seq) for seq in (8, 6)}
     optimizer.apply(model, artifact)
-    assert isinstance(model._compiled_call_impl, model_module._FixedModulesCall)
+    assert isinstance(model._compiled_call_impl, model_module._ArtifactCall)
     for seq in (8, 6):
         assert compare_outputs(outputs(model, 1, seq), eager[seq])["passed"]
     seen = []
@@ -365,6 +365,34 @@ def test_a_fixed_modules_compile_keeps_input_guards_and_runs_uncompiled_when_the
     assert not torch.equal(first, outputs(model, 1, 8))
     model.eval()
     assert compare_outputs(outputs(model, 1, 8), eager[8])["passed"]
+
+
+@pytest.mark.slow
+def test_a_dyno_sdpa_compile_matches_the_model_with_and_without_padding_and_leaves_it_sdpa(models, monkeypatch):
+    # Long enough for chunked causal prefill; the decode step is checked by the optimizer's probe.
+    import optimizer.model as model_module
+    from optimizer import attention
+
+    monkeypatch.setattr(model_module, "COMPILE_VARIANTS", (("dyno-sdpa", {"dynamic": False, "attention": attention.POLICY}),))
+    seq = attention.CHUNK_MIN + 8
+    artifact = optimize_model(models["llama"], batch=1, seq=seq, try_compile=True, timer=scripted_timer(1.0, 0.6, 0.5))
+    assert artifact.strategy == Strategy.COMPILE and artifact.compile["attention"] == attention.POLICY
+    assert artifact.verification[Strategy.COMPILE]["decode"]["passed"] is True
+    model = load_model(models["llama"])
+    ids = torch.randint(3, 200, (2, seq), generator=torch.Generator().manual_seed(4))
+    padded = torch.ones_like(ids)
+    padded[1, :40] = 0
+    with torch.no_grad():
+        expected = [model(input_ids=ids, attention_mask=m).logits for m in (torch.ones_like(ids), padded)]
+        optimizer.apply(model, artifact)
+        got = [model(input_ids=ids, attention_mask=m).logits for m in (torch.ones_like(ids), padded)]
+    assert model.config._attn_implementation == "sdpa"  # switched inside the compiled call only
+    assert compare_outputs(got[0], expected[0])["passed"]
+    assert compare_outputs(got[1][0], expected[1][0])["passed"] and compare_outputs(got[1][1, 40:], expected[1][1, 40:])["passed"]
+    eager_attention = load_model(models["llama"])
+    eager_attention.set_attn_implementation("eager")
+    with pytest.raises(ArtifactMismatch, match="runs 'eager', not SDPA"):
+        optimizer.apply(eager_attention, artifact)
 
 
 @pytest.mark.parametrize("family,expected", [("llama", {"rmsnorm", "swiglu"}), ("mixtral", {"rmsnorm", "moe"}),

@@ -236,8 +236,10 @@ def test_a_broker_restart_mid_run_neither_loses_nor_doubles_the_result(start_wor
 @pytest.mark.integration
 @pytest.mark.django_db(transaction=True)
 def test_hanging_and_memory_hungry_candidates_end_as_verdicts_and_the_worker_serves_on(start_worker, submit):
-    # Small limits so the faults show in seconds: 3 GiB for the sandbox, 5 s to load and first call.
-    start_worker(DYNO_AUDIT_MEMORY_MIB=3072, DYNO_AUDIT_CALL_TIMEOUT_SECONDS=5)
+    # Small limits so the faults show in seconds: 3 GiB for the sandbox, 15 s to load and first call.
+    # The time limit leaves room for the hog to fault in 3 GiB on a loaded machine (at 5 s it
+    # sometimes ran out of time first and ended as a timeout).
+    start_worker(DYNO_AUDIT_MEMORY_MIB=3072, DYNO_AUDIT_CALL_TIMEOUT_SECONDS=15)
     hog = submit((CHEATS / "memory_blowup.py").read_text())
     hang = submit((CHEATS / "hang.py").read_text())
     honest = submit(HONEST)
