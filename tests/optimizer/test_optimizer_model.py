@@ -31,7 +31,8 @@ from runners.samples import write_sample_model
 
 def scripted_timer(*estimates: float, decode: dict[int, float] | None = None):
     """Stands in for the quick timer: runs the candidate once and returns the next prefill estimate
-    (optimize_model times the baseline first, then the patched model, then whole-model compile);
+    (optimize_model times the baseline first, then the patched model, then each whole-model
+    compile variant followed by the baseline again);
     a strategy's decode step gets its prefill estimate, or `decode[i]` for the i-th strategy."""
     it = iter(estimates)
     seen: list[float] = []
@@ -259,18 +260,22 @@ def test_a_cached_patch_strategy_that_fails_on_this_model_is_searched_again(mode
 
 @pytest.mark.slow
 def test_it_tries_whole_model_compile_configurations_and_applies_the_fastest(models, monkeypatch):
-    # Two of the variants (each is a compile of its own): estimates eager 1.0, default compile 0.6,
-    # frozen weights with the C++ wrapper 0.5; the artifact deploys in a freshly loaded model.
+    # Two of the variants (each is a compile of its own): estimates default compile 0.6, frozen
+    # weights with the C++ wrapper 0.5, eager 1.0 when timed again after each; eager's first
+    # estimate, 0.45, drifted (alone it would make every variant lose): each variant is judged
+    # against the eager estimate taken next to it. The artifact deploys in a freshly loaded model.
     import optimizer.model as model_module
 
     variants = dict(model_module.COMPILE_VARIANTS)
     monkeypatch.setattr(model_module, "COMPILE_VARIANTS",
                         (("default", variants["default"]), ("freezing-cpp-wrapper", variants["freezing-cpp-wrapper"])))
-    artifact = optimize_model(models["gpt2"], batch=1, seq=8, try_compile=True, timer=scripted_timer(1.0, 0.6, 0.5))
+    artifact = optimize_model(models["gpt2"], batch=1, seq=8, try_compile=True,
+                              timer=scripted_timer(0.45, 0.6, 1.0, 0.5, 1.0))
     assert artifact.strategy == Strategy.COMPILE and artifact.verification[Strategy.COMPILE]["passed"]
     assert artifact.verification[Strategy.COMPILE]["variant"] == "freezing-cpp-wrapper"
     assert artifact.compile == {"dynamic": False, "options": {"freezing": True, "cpp_wrapper": True}}
     assert artifact.estimates["compile_variants"] == {"default": 0.6, "freezing-cpp-wrapper": 0.5}
+    assert artifact.estimates["compile_variants_baseline"] == {"default": 1.0, "freezing-cpp-wrapper": 1.0}
     assert set(artifact.verification["compile_variants"]) == {"default", "freezing-cpp-wrapper"}
     assert artifact.verification[Strategy.COMPILE]["decode"]["passed"]  # checked on the decode step too
     assert artifact.estimates["compile_variants_decode"] == {"default": 0.6, "freezing-cpp-wrapper": 0.5}
@@ -343,7 +348,7 @@ def test_a_fixed_modules_compile_keeps_input_guards_and_runs_uncompiled_when_the
 
     monkeypatch.setattr(model_module, "COMPILE_VARIANTS",
                         (("cpp-wrapper-fixed-modules", dict(model_module.COMPILE_VARIANTS)["cpp-wrapper-fixed-modules"]),))
-    artifact = optimize_model(models["gpt2"], batch=1, seq=8, try_compile=True, timer=scripted_timer(1.0, 0.5))
+    artifact = optimize_model(models["gpt2"], batch=1, seq=8, try_compile=True, timer=scripted_timer(1.0, 0.5, 1.0))
     assert artifact.strategy == Strategy.COMPILE and artifact.compile["guards"] == "fixed-modules"
     model = load_model(models["gpt2"])
     eager = {seq: outputs(model, 1, seq) for seq in (8, 6)}
@@ -375,7 +380,7 @@ def test_a_dyno_sdpa_compile_matches_the_model_with_and_without_padding_and_leav
 
     monkeypatch.setattr(model_module, "COMPILE_VARIANTS", (("dyno-sdpa", {"dynamic": False, "attention": attention.POLICY}),))
     seq = attention.CHUNK_MIN + 8
-    artifact = optimize_model(models["llama"], batch=1, seq=seq, try_compile=True, timer=scripted_timer(1.0, 0.6, 0.5))
+    artifact = optimize_model(models["llama"], batch=1, seq=seq, try_compile=True, timer=scripted_timer(1.0, 0.6, 0.5, 1.0))
     assert artifact.strategy == Strategy.COMPILE and artifact.compile["attention"] == attention.POLICY
     assert artifact.verification[Strategy.COMPILE]["decode"]["passed"] is True
     model = load_model(models["llama"])
