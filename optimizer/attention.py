@@ -36,8 +36,9 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 IMPLEMENTATION = "dyno_sdpa"
 POLICY = "dyno-sdpa"
 # Causal prefill of at least CHUNK_MIN tokens runs in blocks of CHUNK_ROWS query rows: the Llama
-# sample at batch 8 x seq 512 (4 heads of 16), one thread, compiled with static masks, 51.8 ms
-# in blocks of 64 against 54.8 ms unchunked (eager 67 ms); blocks of 128 keep most of the work.
+# sample at batch 8 x seq 512 (4 heads of 16), one thread, compiled with static masks, 51.8 ms in
+# blocks of 64 against 54.8 ms unchunked (eager 67 ms; two runs on a noisy box); in one process,
+# blocks of 32, 64 and 128 rows ran 59.2, 55.1 and 59.8 ms (eager 77-81 ms at the time).
 CHUNK_ROWS = 64
 CHUNK_MIN = 256
 # Keyword arguments that change what attention computes beyond q, k, v and causality: with any of
@@ -111,7 +112,8 @@ def applicable(model: torch.nn.Module) -> str | None:
 
 class Switched:
     """Context manager: the model's SDPA attention runs as IMPLEMENTATION inside, and as before
-    after, so the uncompiled model (a reference, a fallback) is never changed."""
+    after, so the uncompiled model (a reference, a fallback) is never changed. The switch is on
+    the model's shared configs: another thread calling the same model meanwhile would see it."""
 
     def __init__(self, model: torch.nn.Module):
         register()
