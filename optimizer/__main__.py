@@ -24,15 +24,21 @@ class UsageError(Exception):
 
 def _optimize_model(args: argparse.Namespace) -> int:
     from optimizer.cache import JsonlTuningCache
-    from optimizer.model import Status, optimize_model
+    from optimizer.model import Status, compile_variants, optimize_model
 
     if not (Path(args.model) / "config.json").is_file():
         raise UsageError(f"{args.model} has no config.json; pass a Hugging Face model folder")
     if args.batch < 1 or args.seq < 1:
         raise UsageError("--batch and --seq must be positive")
+    variants = [v.strip() for v in (args.variants or "").split(",") if v.strip()] or None
+    try:
+        compile_variants(variants)
+    except ValueError as exc:
+        raise UsageError(f"--variants: {exc}") from None
     artifact = optimize_model(args.model, batch=args.batch, seq=args.seq, device=args.device,
                               cache=JsonlTuningCache(args.cache) if args.cache else None,
-                              hardware=args.hardware, try_compile=not args.no_compile)
+                              hardware=args.hardware, try_compile=not args.no_compile,
+                              variants=variants)
     artifact.save(args.out)
     counts: dict[str, int] = {}
     for m in artifact.modules:
@@ -58,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--cache", help="tuning cache file to take per-workload choices from")
     opt.add_argument("--hardware", help="hardware fingerprint matching the cache's entries")
     opt.add_argument("--no-compile", action="store_true", help="skip the whole-model torch.compile candidate")
+    opt.add_argument("--variants", help="comma-separated whole-model compile variants to try (default: all)")
     opt.set_defaults(run=_optimize_model)
     return parser
 

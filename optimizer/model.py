@@ -16,7 +16,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -108,6 +108,19 @@ COMPILE_VARIANTS: tuple[tuple[str, dict[str, Any]], ...] = (
      {"dynamic": False, "options": {"freezing": True, "cpp_wrapper": True}, "guards": FIXED_MODULES,
       "attention": attention.POLICY}),
 )
+
+
+def compile_variants(names: Sequence[str] | None) -> tuple[tuple[str, dict[str, Any]], ...]:
+    """The COMPILE_VARIANTS entries named (all of them for None or no names), in their order; an
+    unknown name is a ValueError that lists the known ones."""
+    if not names:
+        return COMPILE_VARIANTS
+    known = dict(COMPILE_VARIANTS)
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ValueError(f"unknown compile variant(s) {', '.join(map(repr, unknown))}; "
+                         f"known: {', '.join(known)}")
+    return tuple((name, options) for name, options in COMPILE_VARIANTS if name in names)
 
 
 def _fixed_module_guards(entries: list[Any]) -> list[bool]:
@@ -714,6 +727,7 @@ def optimize_model(
     cache: TuningCache | None = None,
     hardware: str | None = None,
     try_compile: bool = True,
+    variants: Sequence[str] | None = None,
     timer: Callable[..., float] = quick_time,
     seed: int = 0,
     threads: int | None = None,
@@ -729,6 +743,10 @@ def optimize_model(
     lower phase). Compile variants are also checked on the decode step. A passed-in model is left
     as it was.
 
+    `variants`: the names of the COMPILE_VARIANTS entries the search tries (all when None); each
+    costs a compile and its estimates, so an operator can narrow the search
+    (DYNO_OPTIMIZER_COMPILE_VARIANTS). An unknown name is a ValueError before anything runs.
+
     `cache`: besides each module family's kernel, the strategy decided is stored under
     `strategy_key` (architecture, shape, threads, hardware, versions, code); a later model of the
     same architecture reuses it without timing or compiling anything (its patches are still
@@ -742,6 +760,7 @@ def optimize_model(
     """
     from optimizer.search import default_hardware
 
+    tried = compile_variants(variants) if try_compile else ()
     if isinstance(model, (str, os.PathLike)):
         model = load_model(model, device=device)
     model.eval()
@@ -754,7 +773,7 @@ def optimize_model(
     started = time.monotonic()
     with torch.no_grad(), intra_op_threads(threads):
         key = strategy_key(model, batch=batch, seq=seq, device=device, hardware=hw, threads=torch.get_num_threads(),
-                           try_compile=try_compile)
+                           try_compile=try_compile, variants=[name for name, _ in tried])
         decided = cache.get(key) if cache is not None else None
         reference = _main_output(model(**inputs))
         verification: dict[str, Any] = {"inputs": {"batch": batch, "seq": seq, "seed": seed}}
@@ -771,7 +790,7 @@ def optimize_model(
         else:
             probe = _make_probe(model, inputs, reference, timer, notes)
             install = (lambda: _patched(model, entries, kernels)) if patched else None
-            strategy, options, speedup = _search_strategy(model, probe, install, try_compile, verification, estimates,
+            strategy, options, speedup = _search_strategy(model, probe, install, tried, verification, estimates,
                                                           notes)
             if cache is not None:
                 cache.put(key, TuningEntry(
@@ -814,16 +833,27 @@ _DECIDING_CODE_SHA256 = sources_sha256([Path(__file__).resolve(), _HERE / "atten
 
 
 def strategy_key(model: torch.nn.Module, *, batch: int, seq: int, device: str, hardware: str, threads: int,
-                 try_compile: bool) -> TuningKey:
+                 try_compile: bool, variants: Sequence[str] | None = None) -> TuningKey:
     """The tuning-cache key of a model's strategy decision: the architecture (its config's hash),
     exact batch and sequence, the thread count the estimates ran at, hardware, device and versions,
     and a hash of the code that decides (this module, attention.py, every kernel source, transformers' version
-    and whether compiling was allowed). The weights are not in it: a second customer with the
+    and whether compiling was allowed, with the compile variants searched when not all of them).
+    The weights are not in it: a second customer with the
     same architecture reuses the decision."""
     h = hashlib.sha256(_config_sha256(model).encode() + b"\0" + json.dumps(_versions(), sort_keys=True).encode()
-                       + f"\0compile={bool(try_compile)}\0{_DECIDING_CODE_SHA256}".encode())
+                       + f"\0compile={bool(try_compile)}\0{_DECIDING_CODE_SHA256}".encode()
+                       + _variants_tag(try_compile, variants))
     return make_key(_MODEL_FAMILY, {"batch": batch, "seq": seq, "threads": threads}, _dtype_name(_model_dtype(model)),
                     hardware=hardware, device=device, source_sha256=h.hexdigest())
+
+
+def _variants_tag(try_compile: bool, variants: Sequence[str] | None) -> bytes:
+    """Nothing for the whole search (keys made before the search could be narrowed stay valid), else
+    the names searched: a decision from a narrowed search is not reused by a wider one."""
+    names = [name for name, _ in compile_variants(variants)] if try_compile else []
+    if not try_compile or names == [name for name, _ in COMPILE_VARIANTS]:
+        return b""
+    return ("\0variants=" + ",".join(names)).encode()
 
 
 def _reuse_decision(decided: TuningEntry, key: TuningKey, verification: dict[str, Any], estimates: dict[str, Any],
@@ -893,11 +923,12 @@ def _make_probe(model: torch.nn.Module, inputs: dict[str, torch.Tensor], referen
     return probe
 
 
-def _search_strategy(model: torch.nn.Module, probe: _Probe, patched: Callable[[], Any] | None, try_compile: bool,
+def _search_strategy(model: torch.nn.Module, probe: _Probe, patched: Callable[[], Any] | None,
+                     variants: Sequence[tuple[str, dict[str, Any]]],
                      verification: dict[str, Any], estimates: dict[str, Any], notes: list[str]
                      ) -> tuple[str, dict[str, Any] | None, float]:
     """Time the unmodified model, the verified patches (`patched`: a context manager installing
-    them) and every compile variant, prefill and decode; the strategy whose lower phase speedup is
+    them) and every compile variant of `variants`, prefill and decode; the strategy whose lower phase speedup is
     highest, if it beats the unmodified model by MIN_MODEL_GAIN, its compile options and that
     estimated speedup (1.0 for the unmodified model). Compile variants are compared with the
     median of the unmodified model's estimates, taken before and after each (see `_best_compile`)."""
@@ -907,9 +938,9 @@ def _search_strategy(model: torch.nn.Module, probe: _Probe, patched: Callable[[]
             phases[Strategy.PATCHED] = probe.time(model)
     bases = {strategy: phases[Strategy.BASELINE] for strategy in (Strategy.PATCHED, Strategy.COMPILE)}
     options = None
-    if try_compile:
-        options, variant_phases, paired_base = _best_compile(model, probe, phases[Strategy.BASELINE], verification,
-                                                             estimates, notes)
+    if variants:
+        options, variant_phases, paired_base = _best_compile(model, probe, variants, phases[Strategy.BASELINE],
+                                                             verification, estimates, notes)
         if variant_phases is not None and paired_base is not None:
             phases[Strategy.COMPILE] = variant_phases
             bases[Strategy.COMPILE] = paired_base
@@ -928,10 +959,11 @@ def _search_strategy(model: torch.nn.Module, probe: _Probe, patched: Callable[[]
     return Strategy.BASELINE, None, 1.0
 
 
-def _best_compile(model: torch.nn.Module, probe: _Probe, base: dict[str, float], verification: dict[str, Any],
+def _best_compile(model: torch.nn.Module, probe: _Probe, variants: Sequence[tuple[str, dict[str, Any]]],
+                  base: dict[str, float], verification: dict[str, Any],
                   estimates: dict[str, Any], notes: list[str]
                   ) -> tuple[dict[str, Any] | None, dict[str, float] | None, dict[str, float] | None]:
-    """Try every COMPILE_VARIANTS entry; record each one's check and estimates, and return the
+    """Try every entry of `variants` (COMPILE_VARIANTS or some of them); record each one's check and estimates, and return the
     keyword arguments and phase estimates of the verified one with the highest lower phase speedup,
     with the unmodified model's estimates it was compared with (None, None, None when none
     verified). The unmodified model is timed again after each variant and every variant is
@@ -943,7 +975,7 @@ def _best_compile(model: torch.nn.Module, probe: _Probe, base: dict[str, float],
     checks: dict[str, Any] = {}
     times: dict[str, dict[str, float]] = {}
     bases: dict[str, dict[str, float]] = {}
-    for name, options in COMPILE_VARIANTS:
+    for name, options in variants:
         reason = _not_applicable(model, options)
         if reason is not None:
             notes.append(f"whole-model torch.compile ({name}) not tried: {reason}")
@@ -974,7 +1006,7 @@ def _best_compile(model: torch.nn.Module, probe: _Probe, base: dict[str, float],
     pooled = {phase: statistics.median([base[phase], *(b[phase] for b in bases.values())]) for phase in base}
     best = max(times, key=lambda name: _lower_phase_speedup(pooled, times[name]))
     verification[Strategy.COMPILE] = {**checks[best], "variant": best}
-    return dict(dict(COMPILE_VARIANTS)[best]), times[best], pooled
+    return dict(dict(variants)[best]), times[best], pooled
 
 
 def _verify_patches(

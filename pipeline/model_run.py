@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,7 @@ class PipelineOutcome:
 def run_model_pipeline(model_dir: Path, *, batch: int, seq: int, profile: str, device: str,
                        tuning_cache: Path, progress: Progress, workload_limit: int = 6,
                        tune_budget_s: float = 20.0, replay: dict[str, Any] | None = None,
-                       try_compile: bool = True) -> PipelineOutcome:
+                       try_compile: bool = True, compile_variants: Sequence[str] | None = None) -> PipelineOutcome:
     """Profile, optimize, audit: the whole measurement of one model run.
 
     `replay` (a re-audit): the artifact of the run measured before. Nothing is tuned: the same
@@ -85,7 +85,7 @@ def run_model_pipeline(model_dir: Path, *, batch: int, seq: int, profile: str, d
         # Estimated at the thread count the end-to-end audit's workers run at.
         artifact = optimizer.model.optimize_model(model_dir, batch=batch, seq=seq, device=device,
                                   cache=JsonlTuningCache(tuning_cache), hardware=hardware, try_compile=try_compile,
-                                  threads=measure.protocol_for(profile).worker_threads())
+                                  variants=compile_variants, threads=measure.protocol_for(profile).worker_threads())
         artifact.audited = {w.key: sources[w.key] for w in planned}
         optimize(1.0, f"optimization artifact: strategy {artifact.strategy}")
     seconds["optimize"] = time.monotonic() - started

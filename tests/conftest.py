@@ -94,6 +94,8 @@ class WorkerProcess:
             # Small model runs: the two heaviest workloads, a short search, one tuning cache per session.
             "DYNO_RUN_WORKLOAD_LIMIT": "2",
             "DYNO_TUNE_BUDGET_SECONDS": "4",
+            # One whole-model compile configuration in the search, not eight (each is a compile).
+            "DYNO_OPTIMIZER_COMPILE_VARIANTS": "cpp-wrapper-fixed-modules",
             "DYNO_TUNING_CACHE": str(Path(os.environ.get("PYTEST_TUNING_CACHE", media_root.parent / "tuning.jsonl"))),
             "PYTHONUNBUFFERED": "1",
             **(extra_env or {}),

@@ -265,6 +265,9 @@ DYNO_TUNE_BUDGET_SECONDS = env_int("DYNO_TUNE_BUDGET_SECONDS", 20, minimum=1)
 # Whether a model run's optimizer also tries whole-model torch.compile configurations (each costs a
 # compile in the search and another per phase of the end-to-end audit when it is chosen).
 DYNO_OPTIMIZER_WHOLE_MODEL_COMPILE = env_bool("DYNO_OPTIMIZER_WHOLE_MODEL_COMPILE", True)
+# Which of those configurations the search tries (names of optimizer.model.COMPILE_VARIANTS, comma
+# separated; empty: all eight). A runner with an unknown name refuses to start.
+DYNO_OPTIMIZER_COMPILE_VARIANTS = env_list("DYNO_OPTIMIZER_COMPILE_VARIANTS", [])
 # Time limits, read by the worker that executes a run: each stage has its own soft and hard limit
 # (DYNO_STAGE_TIME_LIMITS, "stage=SOFT/HARD,..." in seconds, restarted as the run enters the
 # stage), and the whole run has one more. Past a soft limit the run fails naming its stage; past a

@@ -56,6 +56,18 @@ def gpu_binding_problem(queues: list[str], *, visible: str | None, device_count:
     return None
 
 
+def compile_variants_problem(names: list[str]) -> str | None:
+    """Why a runner may not start with DYNO_OPTIMIZER_COMPILE_VARIANTS as set: a name the optimizer
+    does not know would fail every model run's optimize stage instead."""
+    from optimizer.model import compile_variants
+
+    try:
+        compile_variants(names)
+    except ValueError as exc:
+        return f"DYNO_OPTIMIZER_COMPILE_VARIANTS: {exc}"
+    return None
+
+
 @worker_ready.connect
 def on_worker_ready(sender=None, **kwargs) -> None:
     import torch
@@ -66,7 +78,8 @@ def on_worker_ready(sender=None, **kwargs) -> None:
     if not any(q in settings.DYNO_HARDWARE_CLASSES for q in queues):
         return  # a control worker measures nothing: not a runner
     problem = gpu_binding_problem(queues, visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
-                                  device_count=torch.cuda.device_count())
+                                  device_count=torch.cuda.device_count()) \
+        or compile_variants_problem(settings.DYNO_OPTIMIZER_COMPILE_VARIANTS)
     if problem:
         # A receiver's exception would only be logged by Celery, and the worker would go on taking
         # runs: end the process instead (EX_CONFIG), before it registers or consumes anything.

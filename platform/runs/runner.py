@@ -112,7 +112,8 @@ def _execute_model(job: dict[str, Any], device: str, progress, *, worker: str, c
                                  tuning_cache=Path(settings.DYNO_TUNING_CACHE),
                                  workload_limit=settings.DYNO_RUN_WORKLOAD_LIMIT,
                                  tune_budget_s=settings.DYNO_TUNE_BUDGET_SECONDS, replay=job.get("replay"),
-                                 try_compile=settings.DYNO_OPTIMIZER_WHOLE_MODEL_COMPILE)
+                                 try_compile=settings.DYNO_OPTIMIZER_WHOLE_MODEL_COMPILE,
+                                 compile_variants=settings.DYNO_OPTIMIZER_COMPILE_VARIANTS or None)
     control.log(job["run_id"], worker=worker,
                 message="stage seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in outcome.seconds.items()))
     return {"inventory": outcome.inventory, "result": outcome.result, "artifact": outcome.artifact}

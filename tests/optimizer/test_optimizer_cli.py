@@ -36,3 +36,8 @@ def test_it_writes_a_model_artifact_from_the_command_line(tmp_path: Path):
                           "--seq", "8", "--out", str(out)], capture_output=True, text=True, timeout=120,
                          cwd=Path(__file__).resolve().parents[2])
     assert bad.returncode == 2 and "has no config.json" in bad.stderr
+    unknown = subprocess.run([sys.executable, "-m", "optimizer", "optimize-model", "--model", str(model), "--batch", "1",
+                              "--seq", "8", "--out", str(tmp_path / "other.json"), "--variants", "default,turbo"],
+                             capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert unknown.returncode == 2 and "'turbo'" in unknown.stderr and "cpp-wrapper-fixed-modules" in unknown.stderr
+    assert not (tmp_path / "other.json").exists()

@@ -3,6 +3,7 @@ fallbacks, the artifact, and apply() in a fresh process-like setting (a freshly 
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -242,6 +243,24 @@ def test_a_decision_is_reused_only_for_the_shape_threads_and_options_it_was_made
     assert changed_key.digest() != key.digest() and cache.get(changed_key) is None
 
 
+def test_an_operator_narrows_the_compile_search_by_name_and_a_narrowed_decision_is_cached_apart(models):
+    from optimizer.model import COMPILE_VARIANTS, compile_variants
+
+    assert compile_variants(None) == compile_variants([]) == COMPILE_VARIANTS
+    assert [name for name, _ in compile_variants(["freezing", "default"])] == ["default", "freezing"]
+    with pytest.raises(ValueError, match="unknown compile variant.*'turbo'.*known: default, freezing"):
+        compile_variants(["default", "turbo"])
+    with pytest.raises(ValueError, match="'turbo'"):  # refused before the model is even loaded
+        optimize_model(models["llama"], batch=1, seq=8, variants=["turbo"], timer=lambda fn: 1.0)
+    model = load_model(models["llama"])
+    key = functools.partial(strategy_key, model, batch=1, seq=8, device="cpu", hardware=default_hardware(), threads=1)
+    everything = key(try_compile=True).digest()
+    assert key(try_compile=True, variants=[name for name, _ in COMPILE_VARIANTS]).digest() == everything
+    narrowed = key(try_compile=True, variants=["default"]).digest()
+    assert narrowed != everything and narrowed != key(try_compile=True, variants=["freezing"]).digest()
+    assert key(try_compile=False, variants=["default"]).digest() == key(try_compile=False).digest()
+
+
 def test_a_cached_patch_strategy_that_fails_on_this_model_is_searched_again(models, tmp_path):
     # bert has no module a CPU kernel patches: a cached "patched" decision cannot hold for it.
     cache = MemoryTuningCache()
@@ -259,19 +278,15 @@ def test_a_cached_patch_strategy_that_fails_on_this_model_is_searched_again(mode
 
 
 @pytest.mark.slow
-def test_it_tries_whole_model_compile_configurations_and_applies_the_fastest(models, monkeypatch):
+def test_it_tries_whole_model_compile_configurations_and_applies_the_fastest(models):
     # Two of the variants (each is a compile of its own): estimates default compile 0.6, frozen
     # weights with the C++ wrapper 0.5; eager 0.45 first (alone, it would make every variant lose),
     # 2.0 after the default (against it alone, the default would win) and 1.0 after the other:
     # variants are judged against the median of eager's estimates, 1.0. The artifact deploys in a
     # freshly loaded model.
-    import optimizer.model as model_module
-
-    variants = dict(model_module.COMPILE_VARIANTS)
-    monkeypatch.setattr(model_module, "COMPILE_VARIANTS",
-                        (("default", variants["default"]), ("freezing-cpp-wrapper", variants["freezing-cpp-wrapper"])))
+    # Named in any order, variants are tried in COMPILE_VARIANTS' order.
     artifact = optimize_model(models["gpt2"], batch=1, seq=8, try_compile=True,
-                              timer=scripted_timer(0.45, 0.6, 2.0, 0.5, 1.0))
+                              variants=["freezing-cpp-wrapper", "default"], timer=scripted_timer(0.45, 0.6, 2.0, 0.5, 1.0))
     assert artifact.strategy == Strategy.COMPILE and artifact.verification[Strategy.COMPILE]["passed"]
     assert artifact.verification[Strategy.COMPILE]["variant"] == "freezing-cpp-wrapper"
     assert artifact.compile == {"dynamic": False, "options": {"freezing": True, "cpp_wrapper": True}}

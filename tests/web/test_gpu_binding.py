@@ -47,3 +47,11 @@ def test_the_fleet_page_names_each_runners_gpu(admin_client):
                                        "gpu": {"name": "NVIDIA H200", "uuid": "GPU-abcd-1234"}})
     page = admin_client.get("/fleet")
     assert page.status_code == 200 and b"GPU-abcd-1234" in page.content and b"NVIDIA H200" in page.content
+
+
+def test_a_runner_refuses_to_start_with_a_compile_variant_the_optimizer_does_not_know():
+    from fleet.worker import compile_variants_problem
+
+    problem = compile_variants_problem(["cpp-wrapper-fixed-modules", "turbo"])
+    assert "DYNO_OPTIMIZER_COMPILE_VARIANTS" in problem and "'turbo'" in problem and "known: default" in problem
+    assert compile_variants_problem(["cpp-wrapper-fixed-modules"]) is None and compile_variants_problem([]) is None

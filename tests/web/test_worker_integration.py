@@ -35,8 +35,9 @@ def test_it_runs_a_model_through_every_stage(start_worker, version, tmp_path, se
     assert runner.hardware == "cpu" and runner.fingerprint.get("torch")
     run = run_start(actor=actor, version=version, hardware="cpu", batch=2, seq=16)
     # Up to ~2 min more when the optimizer picks a whole-model compile (the end-to-end audit then
-    # compiles the model cold, on one core, for prefill and for decode); the search compiles eight
-    # variants first (231 s in all on a clean-clone CI run of 2026-12-03).
+    # compiles the model cold, on one core, for prefill and for decode); test runners search one
+    # compile variant (DYNO_OPTIMIZER_COMPILE_VARIANTS); with all eight this took 231 s in all on a
+    # clean-clone CI run of 2026-12-03.
     wait_for(lambda: Run.objects.get(pk=run.pk).finished, timeout=480, what="the run to finish")
     run.refresh_from_db()
     assert run.status == "succeeded", (run.error, worker.log.read_text()[-3000:])
