@@ -936,14 +936,14 @@ def _search_strategy(model: torch.nn.Module, probe: _Probe, patched: Callable[[]
     if patched is not None:
         with patched():
             phases[Strategy.PATCHED] = probe.time(model)
-    bases = {strategy: phases[Strategy.BASELINE] for strategy in (Strategy.PATCHED, Strategy.COMPILE)}
+    bases = {Strategy.PATCHED: phases[Strategy.BASELINE]}
     options = None
     if variants:
-        options, variant_phases, paired_base = _best_compile(model, probe, variants, phases[Strategy.BASELINE],
-                                                             verification, estimates, notes)
-        if variant_phases is not None and paired_base is not None:
+        options, variant_phases, pooled = _best_compile(model, probe, variants, phases[Strategy.BASELINE],
+                                                        verification, estimates, notes)
+        if variant_phases is not None:
             phases[Strategy.COMPILE] = variant_phases
-            bases[Strategy.COMPILE] = paired_base
+            bases[Strategy.COMPILE] = pooled
     for strategy, times in phases.items():
         estimates[strategy] = times["prefill"]
     if probe.decode is not None:
@@ -951,6 +951,9 @@ def _search_strategy(model: torch.nn.Module, probe: _Probe, patched: Callable[[]
     phases.pop(Strategy.BASELINE)
     if phases:
         speedups = {strategy: _lower_phase_speedup(bases[strategy], times) for strategy, times in phases.items()}
+        # What the choice compared: each strategy's lower phase speedup over the unmodified model's
+        # estimate it was judged against (for a compile, the median of eager's estimates).
+        estimates["speedups"] = speedups
         best = max(speedups, key=speedups.__getitem__)
         if speedups[best] > 1 / (1 - MIN_MODEL_GAIN):
             return best, options if best == Strategy.COMPILE else None, speedups[best]
@@ -1004,6 +1007,7 @@ def _best_compile(model: torch.nn.Module, probe: _Probe, variants: Sequence[tupl
     if not times:
         return None, None, None
     pooled = {phase: statistics.median([base[phase], *(b[phase] for b in bases.values())]) for phase in base}
+    estimates["compile_variants_baseline_median"] = pooled
     best = max(times, key=lambda name: _lower_phase_speedup(pooled, times[name]))
     verification[Strategy.COMPILE] = {**checks[best], "variant": best}
     return dict(dict(variants)[best]), times[best], pooled

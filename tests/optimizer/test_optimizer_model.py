@@ -292,6 +292,10 @@ def test_it_tries_whole_model_compile_configurations_and_applies_the_fastest(mod
     assert artifact.compile == {"dynamic": False, "options": {"freezing": True, "cpp_wrapper": True}}
     assert artifact.estimates["compile_variants"] == {"default": 0.6, "freezing-cpp-wrapper": 0.5}
     assert artifact.estimates["compile_variants_baseline"] == {"default": 2.0, "freezing-cpp-wrapper": 1.0}
+    # The record says what the choice compared: the median of eager's three estimates, and the
+    # compile's lower phase speedup over it.
+    assert artifact.estimates["compile_variants_baseline_median"] == {"prefill": 1.0, "decode": 1.0}
+    assert artifact.estimates["speedups"] == {Strategy.COMPILE: pytest.approx(2.0)}
     assert set(artifact.verification["compile_variants"]) == {"default", "freezing-cpp-wrapper"}
     assert artifact.verification[Strategy.COMPILE]["decode"]["passed"]  # checked on the decode step too
     assert artifact.estimates["compile_variants_decode"] == {"default": 0.6, "freezing-cpp-wrapper": 0.5}
