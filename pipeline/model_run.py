@@ -38,6 +38,15 @@ class PipelineOutcome:
 
 
 
+def unknown_compile_variants(names: Sequence[str]) -> str | None:
+    """What is wrong with a list of the optimizer's compile variant names, or None."""
+    try:
+        optimizer.model.compile_variants(names)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def run_model_pipeline(model_dir: Path, *, batch: int, seq: int, profile: str, device: str,
                        tuning_cache: Path, progress: Progress, workload_limit: int = 6,
                        tune_budget_s: float = 20.0, replay: dict[str, Any] | None = None,

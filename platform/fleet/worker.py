@@ -59,13 +59,10 @@ def gpu_binding_problem(queues: list[str], *, visible: str | None, device_count:
 def compile_variants_problem(names: list[str]) -> str | None:
     """Why a runner may not start with DYNO_OPTIMIZER_COMPILE_VARIANTS as set: a name the optimizer
     does not know would fail every model run's optimize stage instead."""
-    from optimizer.model import compile_variants
+    from runs.runner import unknown_compile_variants
 
-    try:
-        compile_variants(names)
-    except ValueError as exc:
-        return f"DYNO_OPTIMIZER_COMPILE_VARIANTS: {exc}"
-    return None
+    problem = unknown_compile_variants(names)
+    return f"DYNO_OPTIMIZER_COMPILE_VARIANTS: {problem}" if problem else None
 
 
 @worker_ready.connect

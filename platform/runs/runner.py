@@ -119,6 +119,13 @@ def _execute_model(job: dict[str, Any], device: str, progress, *, worker: str, c
     return {"inventory": outcome.inventory, "result": outcome.result, "artifact": outcome.artifact}
 
 
+def unknown_compile_variants(names: list[str]) -> str | None:
+    """What is wrong with these compile variant names for this runner's optimizer, or None."""
+    from pipeline.model_run import unknown_compile_variants as check
+
+    return check(names)
+
+
 def audit_limits(profile: str, device: str) -> tuple[Any, Any]:
     """The protocol and sandbox limits an audit of a submitted candidate runs under (from settings).
 

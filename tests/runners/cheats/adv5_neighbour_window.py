@@ -7,6 +7,7 @@ engine's figure of CPU spent while other arms were measured is what catches it."
 # workload: rmsnorm
 # verdict: rejected
 # expect: integrity.background_cpu
+# if-missed: on a loaded box (two busy loops on the VM's two cores) its 2 ms land outside the other arms' windows in most rounds (0 ms of its CPU while others were measured) and it is accepted at 0.89-1.06x with intervals of about [0.5, 1.6]: no gain proven, nothing billed
 import signal
 import time
 
