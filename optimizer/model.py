@@ -157,6 +157,12 @@ class _ArtifactCall:
         self.fixed_modules = stored.get("guards") == FIXED_MODULES
         self.switched = attention.Switched(model) if stored.get("attention") == attention.POLICY else None
 
+    @classmethod
+    def wrap(cls, model: torch.nn.Module, compiled: Callable[..., Any], stored: dict[str, Any]) -> Callable[..., Any]:
+        """`compiled` itself where the options ask for nothing beyond torch.compile, else the call."""
+        call = cls(model, compiled, stored)
+        return call if call.fixed_modules or call.switched is not None else compiled
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.fixed_modules and self.model.training:
             return self.model._call_impl(*args, **kwargs)
@@ -169,10 +175,6 @@ class _ArtifactCall:
 def _not_applicable(model: torch.nn.Module, stored: dict[str, Any]) -> str | None:
     """Why a compile configuration cannot run on `model`, or None."""
     return attention.applicable(model) if stored.get("attention") else None
-
-
-def _needs_call(stored: dict[str, Any]) -> bool:
-    return stored.get("guards") == FIXED_MODULES or bool(stored.get("attention"))
 
 
 # -- artifact -------------------------------------------------------------------------------------
@@ -984,9 +986,7 @@ def _best_compile(model: torch.nn.Module, probe: _Probe, variants: Sequence[tupl
             notes.append(f"whole-model torch.compile ({name}) not tried: {reason}")
             continue
         try:
-            compiled = torch.compile(model, **compile_kwargs(options))
-            if _needs_call(options):
-                compiled = _ArtifactCall(model, compiled, options)
+            compiled = _ArtifactCall.wrap(model, torch.compile(model, **compile_kwargs(options)), options)
             check = probe.check(compiled)
             checks[name] = check
             if check["passed"]:
@@ -1091,8 +1091,7 @@ def apply(model: torch.nn.Module, artifact: OptimizationArtifact | dict[str, Any
         if reason is not None:
             raise ArtifactMismatch(f"the artifact's compile options do not fit this model: {reason}")
         model.compile(**compile_kwargs(stored))
-        if _needs_call(stored):
-            model._compiled_call_impl = _ArtifactCall(model, model._compiled_call_impl, stored)
+        model._compiled_call_impl = _ArtifactCall.wrap(model, model._compiled_call_impl, stored)
     return model
 
 

@@ -359,6 +359,18 @@ def test_compile_options_translate_the_guard_policy_and_refuse_an_unknown_one():
         compile_kwargs({"dynamic": False, "guards": "none"})
 
 
+def test_only_options_beyond_torch_compile_put_a_call_around_the_compiled_forward():
+    from optimizer import attention
+    from optimizer.model import FIXED_MODULES, _ArtifactCall
+
+    model, compiled = torch.nn.Linear(2, 2), (lambda *args, **kwargs: None)
+    assert _ArtifactCall.wrap(model, compiled, {"dynamic": False, "options": {"cpp_wrapper": True}}) is compiled
+    fixed = _ArtifactCall.wrap(model, compiled, {"dynamic": False, "guards": FIXED_MODULES})
+    assert isinstance(fixed, _ArtifactCall) and fixed.fixed_modules and fixed.switched is None
+    switched = _ArtifactCall.wrap(model, compiled, {"dynamic": False, "attention": attention.POLICY})
+    assert isinstance(switched, _ArtifactCall) and not switched.fixed_modules and switched.switched is not None
+
+
 @pytest.mark.slow
 def test_a_fixed_modules_compile_keeps_input_guards_and_runs_uncompiled_when_the_model_changes(models, monkeypatch):
     # Module-attribute guards are dropped; the inputs' guards stay (another shape is compiled
