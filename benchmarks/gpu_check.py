@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MEMORY_BOUND = {"normalization", "softmax", "elementwise", "rope"}
 COMPUTE = {"gemm", "attention", "moe"}
 # Seconds per phase on one H200; the whole run stays well inside 8 minutes.
-GPU_BUDGETS = {"machine": 30, "kernels": 110, "harness": 90, "optimizer": 130, "cheats": 45, "model": 50, "sandbox": 5}
+GPU_BUDGETS = {"machine": 30, "kernels": 110, "harness": 90, "optimizer": 130, "cheats": 45, "model": 50, "sandbox": 90}
 DRY_BUDGETS = {"machine": 20, "kernels": 240, "harness": 60, "optimizer": 90, "cheats": 60, "model": 60, "sandbox": 5}
 # Phase order inside a budget: a memory-bound kernel, a GEMM, attention first, the rest if time allows.
 WORKLOAD_ORDER = ["rmsnorm", "gemm", "attention_prefill", "swiglu", "softmax", "attention_decode", "rope",
@@ -216,6 +216,14 @@ def phase_kernels(record: dict[str, Any], deadline: float, *, device: str, selec
         record["tests"] = counts
         record["failed"] = [case.get("name") for case in suite.iter("testcase")
                             if case.find("failure") is not None or case.find("error") is not None][:40]
+        # What each failure said (its message and the end of its traceback): the run is the only
+        # place a GPU answer comes from, so the answer must come back with it.
+        record["failures"] = {}
+        for case in suite.iter("testcase"):
+            found = case.find("failure") if case.find("failure") is not None else case.find("error")
+            if found is not None and len(record["failures"]) < 40:
+                text = (found.text or "").strip()
+                record["failures"][case.get("name")] = {"message": (found.get("message") or "")[:400], "tail": text[-700:]}
         if counts["failures"] or counts["errors"] or not counts["tests"]:
             record["status"] = "failed"
 
@@ -236,7 +244,26 @@ def _entry_row(entry: dict[str, Any]) -> dict[str, Any]:
     half = (ci[1] - ci[0]) / 2 / aa["speedup"] if aa.get("speedup") and None not in ci else None
     return {"key": entry.get("key"), "verdict": entry.get("verdict"), "aa_ci95": ci, "aa_half_width": half,
             "aa_stable": aa.get("stable"), "baseline_median_s": (entry.get("baseline") or {}).get("median_s"),
-            "codes": [r.get("code") for r in entry.get("reasons") or []]}
+            "codes": [r.get("code") for r in entry.get("reasons") or []],
+            **({"error": _first_detail(entry)} if entry.get("verdict") in ("error", "rejected") else {})}
+
+
+def _first_detail(entry: dict[str, Any]) -> str:
+    """What an audit that ended in `error` said, short enough to read in the table's JSON."""
+    for reason in entry.get("reasons") or []:
+        text = str(reason.get("detail") or reason.get("message") or "")
+        if text:
+            return text[:600]
+    return ""
+
+
+def _fail_on_errors(record: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """A phase whose audits ended in `error` or `rejected` did not prove what it exists to prove:
+    the baseline against itself and Dyno's own kernels must pass every check (on the first H200
+    run every audit was rejected for its commitments, and the phase still said ok)."""
+    errors = [r["key"] for r in rows if r.get("verdict") in ("error", "rejected")]
+    if errors:
+        record.update(status="failed", errors=errors)
 
 
 def phase_harness(record: dict[str, Any], deadline: float, *, profile: str, device: str, state: dict) -> None:
@@ -253,9 +280,16 @@ def phase_harness(record: dict[str, Any], deadline: float, *, profile: str, devi
         for entry in document["workloads"]:
             rows.append({**_entry_row(entry), "seconds": round(time.monotonic() - began, 1)})
         state["save"]()  # a run cut short still returns every audit it finished
+        if rows and all(r["verdict"] in ("error", "rejected") for r in rows):
+            # Workers that cannot measure at all fail every audit alike: say why once and leave
+            # the minutes to the phases that can still answer (the sandbox phase probes why).
+            state["workers_failed"] = rows[0].get("error") or "the first audit ended in error"
+            record["stopped"] = f"stopped after {name}: every audit so far ended in error"
+            break
     widths = sorted(r["aa_half_width"] for r in rows if r["aa_half_width"] is not None)
     record["median_aa_half_width"] = widths[len(widths) // 2] if widths else None
     record["unstable"] = sum(1 for r in rows if r["aa_stable"] is False)
+    _fail_on_errors(record, rows)
 
 
 # --- optimizer -------------------------------------------------------------------------------------
@@ -263,6 +297,8 @@ def phase_harness(record: dict[str, Any], deadline: float, *, profile: str, devi
 
 def phase_optimizer(record: dict[str, Any], deadline: float, *, profile: str, device: str,
                     copy_gb_per_s: float | None, state: dict) -> None:
+    if state.get("workers_failed"):
+        raise _Skip(f"workers could not measure in the harness phase: {state['workers_failed'][:300]}")
     from pipeline.optimized import run_optimized_suite
 
     points = ["torch-compile"] if device == "cpu" else ["torch-compile", "torch-compile-max-autotune"]
@@ -283,6 +319,7 @@ def phase_optimizer(record: dict[str, Any], deadline: float, *, profile: str, de
     record["geomean_over_eager"] = math.exp(sum(map(math.log, speedups)) / len(speedups)) if speedups else None
     over = [r["over_torch_compile"] for r in rows if r.get("over_torch_compile")]
     record["geomean_over_torch_compile"] = math.exp(sum(map(math.log, over)) / len(over)) if over else None
+    _fail_on_errors(record, rows)
 
 
 def _optimizer_row(entry: dict[str, Any], copy_gb_per_s: float | None) -> dict[str, Any]:
@@ -290,7 +327,8 @@ def _optimizer_row(entry: dict[str, Any], copy_gb_per_s: float | None) -> dict[s
     refs = entry.get("reference_points") or {}
     row: dict[str, Any] = {"key": entry.get("key"), "family": entry.get("family"), "verdict": entry.get("verdict"),
                            "speedup": speedup, "ci95": entry.get("ci95"),
-                           "codes": [r.get("code") for r in entry.get("reasons") or []]}
+                           "codes": [r.get("code") for r in entry.get("reasons") or []],
+                           **({"error": _first_detail(entry)} if entry.get("verdict") in ("error", "rejected") else {})}
     for point, figures in refs.items():
         versus = figures.get("speedup_vs_baseline")
         row[f"over_{point.replace('-', '_')}"] = speedup / versus if speedup and versus else None
@@ -310,6 +348,8 @@ def _header(path: Path) -> dict[str, str]:
 
 
 def phase_cheats(record: dict[str, Any], deadline: float, *, profile: str, device: str, state: dict) -> None:
+    if state.get("workers_failed"):
+        raise _Skip(f"workers could not measure in the harness phase: {state['workers_failed'][:300]}")
     from runners.evaluate import audit_candidate
 
     folder = ROOT / "tests" / "runners" / "cheats"
@@ -337,10 +377,12 @@ def phase_cheats(record: dict[str, Any], deadline: float, *, profile: str, devic
 # --- sandbox ---------------------------------------------------------------------------------------
 
 
-def phase_model(record: dict[str, Any], deadline: float, *, profile: str, device: str) -> None:
+def phase_model(record: dict[str, Any], deadline: float, *, profile: str, device: str, state: dict) -> None:
     """The whole-model audit on the device: eager against eager (no artifact), so the figure must be
     ~1x, with its A/A control; what it proves is the stepped, parent-clocked sample, the device-wide
     sync before each commitment and the logit checks on this machine."""
+    if state.get("workers_failed"):
+        raise _Skip(f"workers could not measure in the harness phase: {state['workers_failed'][:300]}")
     from runners.modelaudit import audit_model_forward
     from runners.samples import write_sample_model
 
@@ -373,6 +415,13 @@ def phase_sandbox(record: dict[str, Any], deadline: float, *, device: str, state
     record["complete"] = (sandbox or {}).get("complete")
     record["missing"] = list((sandbox or {}).get("missing") or [])
     record["off"] = sorted(name for name, value in ((sandbox or {}).get("protections") or {}).items() if value is False)
+    if device == "cuda" and state.get("workers_failed"):
+        # Which step of the lock-down keeps the device from starting (benchmarks/gpu_lockdown_probe.py).
+        with tempfile.TemporaryDirectory() as scratch:
+            report = Path(scratch) / "probe.json"
+            proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_lockdown_probe.py"), "--json", str(report)],
+                                  cwd=ROOT, capture_output=True, text=True, timeout=max(20.0, _left(deadline)))
+            record["lockdown_probe"] = json.loads(report.read_text()) if report.exists() else {"output_tail": (proc.stdout + proc.stderr)[-2000:]}
 
 
 # --- the run ---------------------------------------------------------------------------------------
@@ -445,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
                                                    copy_gb_per_s=check.doc["phases"].get("machine", {}).get("copy_gb_per_s"),
                                                    state=state)),
         ("cheats", lambda r, d: phase_cheats(r, d, profile=profile, device=device, state=state)),
-        ("model", lambda r, d: phase_model(r, d, profile=profile, device=device)),
+        ("model", lambda r, d: phase_model(r, d, profile=profile, device=device, state=state)),
         ("sandbox", lambda r, d: phase_sandbox(r, d, device=device, state=state)),
     ]
     for phase, body in plan:

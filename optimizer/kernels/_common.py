@@ -10,7 +10,17 @@ import os
 from collections.abc import Iterator
 
 import torch
+import triton.language as tl
 
+# tl.dot's precision for float32 operands: exact float32 products, as eager PyTorch computes them
+# by default. TF32 (Triton's default on a GPU) is a different result, not the same one faster:
+# the float32 kernel tests missed their tolerances by 1e-2 on an H200 with it. 16-bit operands
+# ignore it. A constexpr, so kernels may read it as a global.
+DOT_PRECISION = tl.constexpr("ieee")
+
+# The smallest inner (K) dimension of a tl.dot Triton compiles for NVIDIA GPUs (the interpreter
+# accepts any): blocks that become a dot's K are checked against it at launch.
+MIN_DOT_K = 16
 
 def interpreting() -> bool:
     """True under Triton's CPU interpreter (TRITON_INTERPRET=1), which the tests use."""
@@ -33,6 +43,14 @@ def next_pow2(n: int) -> int:
 def check_pow2(name: str, value: int) -> None:
     if value <= 0 or value & (value - 1):
         raise ValueError(f"{name}={value} must be a positive power of two (Triton block sizes are)")
+
+
+def check_dot_k(name: str, value: int) -> None:
+    """A block that is a tl.dot's inner dimension: a power of two, at least MIN_DOT_K."""
+    check_pow2(name, value)
+    if value < MIN_DOT_K:
+        raise ValueError(f"{name}={value} is the inner dimension of a matrix product here and must be at least "
+                         f"{MIN_DOT_K} (Triton compiles no smaller tl.dot for the GPU's tensor cores)")
 
 
 def require_cuda_or_interpreter(*tensors: torch.Tensor) -> None:

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from optimizer.kernels._common import check_pow2, dot_upcast, next_pow2, require_cuda_or_interpreter
+from optimizer.kernels._common import DOT_PRECISION, MIN_DOT_K, check_dot_k, check_pow2, dot_upcast, next_pow2, require_cuda_or_interpreter
 from optimizer.kernels.attention_prefill import LOG2E
 
 # 64-row KV tiles, 4 warps, and enough splits that B*Hkv*splits fills the GPU (~2 programs per
@@ -58,7 +58,7 @@ def _decode_split_kernel(
         kt = tl.load(k_base + n[None, :] * stride_ks + rd[:, None], mask=nmask[None, :] & dmask[:, None], other=0.0)
         if UPCAST:
             kt = kt.to(tl.float32)
-        s = tl.where(nmask[None, :], tl.dot(q, kt) * qk_scale, -float("inf"))
+        s = tl.where(nmask[None, :], tl.dot(q, kt, input_precision=DOT_PRECISION) * qk_scale, -float("inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         p = tl.math.exp2(s - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)
@@ -66,7 +66,7 @@ def _decode_split_kernel(
         v = tl.load(v_base + n[:, None] * stride_vs + rd[None, :], mask=nmask[:, None] & dmask[None, :], other=0.0)
         if UPCAST:
             v = v.to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
     # Partials indexed [b, query head, split]; an empty split leaves m=-inf, l=0 and is skipped
     # by the merge.
@@ -114,7 +114,7 @@ def attention_decode_triton(
 ) -> torch.Tensor:
     """q[B,Hq,1,D], k_cache/v_cache[B,Hkv,L,D] -> o[B,Hq,1,D], scale 1/sqrt(D), no mask."""
     require_cuda_or_interpreter(q, k_cache, v_cache)
-    check_pow2("block_n", block_n)
+    check_dot_k("block_n", block_n)  # p @ v sums over a block of keys
     b, hq, one, d = q.shape
     _, hkv, cache_len, _ = k_cache.shape
     if one != 1 or hq % hkv or k_cache.shape != v_cache.shape or k_cache.shape[0] != b or k_cache.shape[3] != d:
@@ -130,7 +130,7 @@ def attention_decode_triton(
     m_part = torch.empty((b * hq * splits,), dtype=torch.float32, device=q.device)
     l_part = torch.empty_like(m_part)
     acc_part = torch.empty((b * hq * splits, d), dtype=torch.float32, device=q.device)
-    block_d = next_pow2(d)
+    block_d = max(MIN_DOT_K, next_pow2(d))  # q @ k^T sums over the head dimension
     _decode_split_kernel[(b * hkv, splits)](
         qc, k_cache, v_cache, m_part, l_part, acc_part, cache_len, d, hkv, group, split_len,
         LOG2E / math.sqrt(d),

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from optimizer.kernels._common import check_pow2, dot_upcast, next_pow2, require_cuda_or_interpreter
+from optimizer.kernels._common import DOT_PRECISION, MIN_DOT_K, check_dot_k, check_pow2, dot_upcast, next_pow2, require_cuda_or_interpreter
 
 # 128x64 tiles, 4 warps, 3 stages: the Triton fused-attention tutorial's forward config for
 # head dim 64-128 on Hopper; the search sweeps 64/128 blocks and 4/8 warps around it.
@@ -58,7 +58,7 @@ def _attention_prefill_kernel(
                      mask=(n[None, :] < seq_len) & dmask[:, None], other=0.0)
         if UPCAST:
             kt = kt.to(tl.float32)
-        s = tl.dot(q, kt) * qk_scale  # log2 domain: qk_scale folds in log2(e)
+        s = tl.dot(q, kt, input_precision=DOT_PRECISION) * qk_scale  # log2 domain: qk_scale folds in log2(e)
         valid = n[None, :] < seq_len
         if CAUSAL:
             valid = valid & (rm[:, None] >= n[None, :])
@@ -71,7 +71,7 @@ def _attention_prefill_kernel(
                     mask=(n[:, None] < seq_len) & dmask[None, :], other=0.0)
         if UPCAST:
             v = v.to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
     out = acc / l_i[:, None]
     tl.store(O + b * stride_ob + h * stride_oh + rm[:, None] * stride_os + rd[None, :],
@@ -92,7 +92,7 @@ def attention_prefill_triton(
     """q[B,Hq,S,D], k/v[B,Hkv,S,D] with Hq % Hkv == 0 -> o[B,Hq,S,D], scale 1/sqrt(D)."""
     require_cuda_or_interpreter(q, k, v)
     check_pow2("block_m", block_m)
-    check_pow2("block_n", block_n)
+    check_dot_k("block_n", block_n)  # p @ v sums over a block of keys
     b, hq, s, d = q.shape
     hkv = k.shape[1]
     if hq % hkv or k.shape != v.shape or k.shape[0] != b or k.shape[2:] != q.shape[2:]:
@@ -105,7 +105,7 @@ def attention_prefill_triton(
         q, k, v, o, s, d, hq, hq // hkv, LOG2E / math.sqrt(d),
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=next_pow2(d), CAUSAL=causal, UPCAST=dot_upcast(),
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(MIN_DOT_K, next_pow2(d)), CAUSAL=causal, UPCAST=dot_upcast(),
         num_warps=num_warps, num_stages=num_stages,
     )
     return o

@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from optimizer.kernels._common import check_pow2, dot_upcast, require_cuda_or_interpreter
+from optimizer.kernels._common import DOT_PRECISION, check_dot_k, check_pow2, dot_upcast, require_cuda_or_interpreter
 
 # Two fp32 accumulators per program: 64x128 output tiles (half the plain GEMM's 128x128) keep
 # register pressure at one GEMM's level; a starting point for the search, not a measured optimum.
@@ -39,8 +39,8 @@ def _gate_up_swiglu_kernel(
             x = x.to(tl.float32)
             wg = wg.to(tl.float32)
             wu = wu.to(tl.float32)
-        acc_g = tl.dot(x, wg, acc_g)
-        acc_u = tl.dot(x, wu, acc_u)
+        acc_g = tl.dot(x, wg, acc_g, input_precision=DOT_PRECISION)
+        acc_u = tl.dot(x, wu, acc_u, input_precision=DOT_PRECISION)
     # Round the products to the output dtype first, as the unfused model (two Linear layers) does.
     g = acc_g.to(Y.dtype.element_ty).to(tl.float32)
     u = acc_u.to(Y.dtype.element_ty).to(tl.float32)
@@ -61,8 +61,9 @@ def gate_up_swiglu_triton(
 ) -> torch.Tensor:
     """x[..., K], w_gate/w_up[K, F] (strided views such as linear.weight.T are fine) -> [..., F]."""
     require_cuda_or_interpreter(x, w_gate, w_up)
-    for name, value in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
+    for name, value in (("block_m", block_m), ("block_n", block_n)):
         check_pow2(name, value)
+    check_dot_k("block_k", block_k)
     k = x.shape[-1]
     if w_gate.shape != w_up.shape or w_gate.shape[0] != k or w_gate.stride() != w_up.stride():
         raise ValueError(

@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from optimizer.kernels._common import check_pow2, dot_upcast, require_cuda_or_interpreter
+from optimizer.kernels._common import DOT_PRECISION, check_dot_k, check_pow2, dot_upcast, require_cuda_or_interpreter
 
 # Defaults: 128x128x64 tiles, 8 warps, 3 stages, GROUP_M=8 is the Triton matmul tutorial's
 # first H100 config for bf16; the search sweeps the tutorial's other configs around it.
@@ -53,7 +53,7 @@ def _gemm_kernel(
             if UPCAST:
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
-            acc = tl.dot(a, b, acc)
+            acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
         c_ptrs = C + split * stride_cs + rm[:, None] * stride_cm + rn[None, :] * stride_cn
         tl.store(c_ptrs, acc.to(C.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
@@ -76,8 +76,9 @@ def gemm_triton(
     require_cuda_or_interpreter(a, b)
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"gemm needs a[M,K] and b[K,N], got {tuple(a.shape)} and {tuple(b.shape)}")
-    for name, value in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
+    for name, value in (("block_m", block_m), ("block_n", block_n)):
         check_pow2(name, value)
+    check_dot_k("block_k", block_k)
     m, k = a.shape
     n = b.shape[1]
     if split_k > 1:

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from optimizer.kernels._common import check_pow2, dot_upcast, next_pow2, require_cuda_or_interpreter
+from optimizer.kernels._common import DOT_PRECISION, check_dot_k, check_pow2, dot_upcast, next_pow2, require_cuda_or_interpreter
 
 # 64-row token blocks (so an expert with a handful of tokens wastes at most one block), 64x64
 # weight tiles, 4 warps: the vLLM fused-MoE default for small batches; the search sweeps it.
@@ -67,8 +67,8 @@ def _expert_up_kernel(
             x = x.to(tl.float32)
             wg = wg.to(tl.float32)
             wu = wu.to(tl.float32)
-        acc_g = tl.dot(x, wg, acc_g)
-        acc_u = tl.dot(x, wu, acc_u)
+        acc_g = tl.dot(x, wg, acc_g, input_precision=DOT_PRECISION)
+        acc_u = tl.dot(x, wu, acc_u, input_precision=DOT_PRECISION)
     h = acc_g * tl.sigmoid(acc_g) * acc_u
     tl.store(H + rows[:, None] * stride_h + rn[None, :], h.to(H.dtype.element_ty), mask=valid[:, None] & (rn[None, :] < F))
 
@@ -94,7 +94,7 @@ def _expert_down_kernel(
         if UPCAST:
             h = h.to(tl.float32)
             w = w.to(tl.float32)
-        acc = tl.dot(h, w, acc)
+        acc = tl.dot(h, w, acc, input_precision=DOT_PRECISION)
     route_w = tl.load(ROUTE_W + rows, mask=valid, other=0.0)
     # Written per assignment row; the k rows of a token are summed afterwards (deterministic,
     # unlike atomics into the token row).
@@ -154,8 +154,9 @@ def moe_triton(
 ) -> torch.Tensor:
     """x[T,H], router[H,E], w_gate/w_up[E,H,F], w_down[E,F,H] -> out[T,H]."""
     require_cuda_or_interpreter(x, router, w_gate, w_up, w_down)
-    for name, value in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
+    for name, value in (("block_m", block_m), ("block_n", block_n)):
         check_pow2(name, value)
+    check_dot_k("block_k", block_k)
     t, hidden = x.shape
     n_experts, _, f = w_gate.shape
     if router.shape != (hidden, n_experts) or w_up.shape != w_gate.shape or w_down.shape != (n_experts, f, hidden):

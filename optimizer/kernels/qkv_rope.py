@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from optimizer.kernels._common import check_pow2, dot_upcast, next_pow2, require_cuda_or_interpreter
+from optimizer.kernels._common import DOT_PRECISION, check_dot_k, check_pow2, dot_upcast, next_pow2, require_cuda_or_interpreter
 
 # 64 rows x one head (D/2 x 2 accumulators) per program, 4 warps: sized like the plain GEMM's
 # 64x128 tile for D=128; a starting point for the search.
@@ -44,8 +44,8 @@ def _qkv_rope_kernel(
             x = x.to(tl.float32)
             w1 = w1.to(tl.float32)
             w2 = w2.to(tl.float32)
-        acc1 = tl.dot(x, w1, acc1)
-        acc2 = tl.dot(x, w2, acc2)
+        acc1 = tl.dot(x, w1, acc1, input_precision=DOT_PRECISION)
+        acc2 = tl.dot(x, w2, acc2, input_precision=DOT_PRECISION)
     # The unfused model rounds the projection to its dtype before rotating; so do we.
     p1 = acc1.to(OUT.dtype.element_ty).to(tl.float32)
     p2 = acc2.to(OUT.dtype.element_ty).to(tl.float32)
@@ -87,7 +87,7 @@ def qkv_rope_triton(
     """
     require_cuda_or_interpreter(x, w_qkv, cos, sin)
     check_pow2("block_m", block_m)
-    check_pow2("block_k", block_k)
+    check_dot_k("block_k", block_k)
     b, s, k = x.shape
     heads = n_q_heads + 2 * n_kv_heads
     if w_qkv.shape[0] != k or w_qkv.shape[1] % heads:

@@ -511,7 +511,10 @@ class KernelAudit:
         if self.freeze:
             return {}
         seed = secrets.randbits(62)
-        self._weights = [w.to(self.device) for w in _commit_weights(self.spec, seed)]
+        # Drawn on the audit's device with that device's generator, exactly as the worker draws
+        # them: a CPU generator and a CUDA generator give different numbers for one seed (on an
+        # H200 every audit failed its commitments while the parent drew on the CPU).
+        self._weights = _commit_weights(self.spec, seed, self.device)
         return {"commit_seed": seed}
 
     def _sample(self, worker: Worker, layout: Sequence[int], *, timeout: float, freeze: bool | None = None,
@@ -581,10 +584,10 @@ def round_schedule(protocol: Protocol, *, budget_cut: bool = False) -> list[tupl
     return schedule
 
 
-def _commit_weights(spec: WorkloadSpec, seed: int) -> list[torch.Tensor]:
+def _commit_weights(spec: WorkloadSpec, seed: int, device: str) -> list[torch.Tensor]:
     from runners.audit.worker import commit_weights
 
-    return commit_weights(spec, seed, device="cpu")
+    return commit_weights(spec, seed, device=device)
 
 
 def _output_bytes(spec: WorkloadSpec) -> int:

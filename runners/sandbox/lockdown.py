@@ -53,15 +53,32 @@ def drop_capabilities() -> None:
         raise OSError(err, f"capset failed: {os.strerror(err)}")
 
 
-def become(uid: int, gid: int) -> None:
-    """Drop to `uid`/`gid` for good: no supplementary groups, no bounding set, and (the kernel's
-    rule for a change away from uid 0) no permitted, effective or ambient capabilities."""
+def become(uid: int, gid: int, groups: Sequence[int] = ()) -> None:
+    """Drop to `uid`/`gid` for good: no supplementary groups but `groups` (those that own the GPU's
+    device files, where only their group may open them), no bounding set, and (the kernel's rule
+    for a change away from uid 0) no permitted, effective or ambient capabilities."""
     _drop_bounding_set()
-    os.setgroups([])
+    os.setgroups(sorted(set(groups)))
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
     if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid):
         raise OSError(errno.EPERM, "the uid drop did not take")
+
+
+def device_groups(nodes: Sequence[str]) -> list[int]:
+    """The groups a worker must keep to open `nodes`: the owning group of each node that its
+    group may read and write but others may not (a driver installed with a device-file group)."""
+    groups = set()
+    for node in nodes:
+        try:
+            info = os.stat(node)
+        except OSError:
+            continue
+        if not stat.S_ISCHR(info.st_mode) or info.st_mode & 0o006 == 0o006:
+            continue
+        if info.st_mode & 0o060 == 0o060:
+            groups.add(info.st_gid)
+    return sorted(groups)
 
 
 def landlock_abi() -> int:
@@ -85,25 +102,26 @@ _FS_READ = _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR
 _FILE_ACCESS = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE
 
 
-def apply_landlock(*, abi: int, writable: Sequence[str], readable: Sequence[str], listable: Sequence[str]) -> None:
+def apply_landlock(*, abi: int, writable: Sequence[str], readable: Sequence[str], listable: Sequence[str],
+                   handle_fs: bool = True, handle_net: bool = True, scope: bool = True) -> None:
     """Restrict this process: write only under `writable`, read only under `readable`, list
     `listable`; no TCP bind/connect (ABI >= 4); no signals or abstract sockets outside (ABI >= 6).
 
     Landlock also confines ptrace and /proc/<pid>/environ|mem to processes in the same domain.
     """
     fs_bits = {1: 13, 2: 14}.get(abi, 15)  # REFER arrives in ABI 2, TRUNCATE in ABI 3
-    handled_fs = (1 << fs_bits) - 1
+    handled_fs = (1 << fs_bits) - 1 if handle_fs else 0
     attr = _RulesetAttr(
         handled_access_fs=handled_fs,
-        handled_access_net=0b11 if abi >= 4 else 0,
-        scoped=0b11 if abi >= 6 else 0,
+        handled_access_net=0b11 if abi >= 4 and handle_net else 0,
+        scoped=0b11 if abi >= 6 and scope else 0,
     )
     size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else (16 if abi >= 4 else 8)
     ruleset = _libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
     try:
-        for paths, access in ((writable, handled_fs), (readable, _FS_READ), (listable, _FS_READ_DIR)):
+        for paths, access in ((writable, handled_fs), (readable, _FS_READ), (listable, _FS_READ_DIR)) if handled_fs else ():
             for path in paths:
                 try:
                     fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
@@ -121,6 +139,14 @@ def apply_landlock(*, abi: int, writable: Sequence[str], readable: Sequence[str]
             raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
     finally:
         os.close(ruleset)
+
+
+def own_proc_for(device: str) -> list[str]:
+    """The CUDA driver writes under the process's own /proc/<pid> while it starts (without it
+    cuInit fails with error 304, "OS call failed"; seen on an H200 host, benchmarks/
+    gpu_lockdown_probe.py). "/proc/self" resolves, when the rule is made, to this worker's own
+    directory only: another process's /proc entries stay read-only to it."""
+    return ["/proc/self"] if device.startswith("cuda") else []
 
 
 def lock_down(config: dict[str, Any], scratch: str) -> None:
@@ -146,7 +172,7 @@ def lock_down(config: dict[str, Any], scratch: str) -> None:
     for which, value in limits:
         resource.setrlimit(which, (value, value))
     if plan.get("uid") is not None:
-        become(int(plan["uid"]), int(plan["gid"]))
+        become(int(plan["uid"]), int(plan["gid"]), device_groups(gpu_device_nodes(str(config["device"]))))
     elif plan.get("drop_capabilities"):
         drop_capabilities()
     prctl(PR_SET_DUMPABLE, 0)
@@ -156,7 +182,7 @@ def lock_down(config: dict[str, Any], scratch: str) -> None:
         device = str(config["device"])
         apply_landlock(
             abi=abi,
-            writable=[scratch, *WRITABLE_DEVICES, *gpu_device_nodes(device)],
+            writable=[scratch, *WRITABLE_DEVICES, *gpu_device_nodes(device), *own_proc_for(device)],
             readable=[*read_roots(device=device, extra=config.get("extra_read_roots", [])), "/proc", config["shared_dir"]],
             listable=[str(REPO_ROOT)],
         )

@@ -63,7 +63,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -
     scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     if causal:
         s_q, s_k = scores.shape[-2:]
-        keep = torch.ones(s_q, s_k, dtype=torch.bool).tril()
+        keep = torch.ones(s_q, s_k, dtype=torch.bool, device=q.device).tril()
         scores = scores.masked_fill(~keep, float("-inf"))
     return torch.softmax(scores, -1) @ v
 
@@ -88,7 +88,7 @@ def ssm_scan(u, delta, A, B, C, D, softplus: bool = False) -> torch.Tensor:
     if softplus:
         delta = torch.nn.functional.softplus(delta)
     batch, d_model, seq_len = u.shape
-    h = torch.zeros(batch, d_model, A.shape[1], dtype=torch.float64)
+    h = torch.zeros(batch, d_model, A.shape[1], dtype=torch.float64, device=u.device)
     ys = []
     for t in range(seq_len):
         h = torch.exp(delta[:, :, t, None] * A) * h + (delta[:, :, t] * u[:, :, t])[:, :, None] * B[:, None, :, t]

@@ -130,7 +130,7 @@ def test_it_projects_qkv_and_rotates_in_one_kernel(dtype):
 def test_it_attends_causally_with_grouped_kv_heads(dtype, causal):
     b, hq, hkv, s, d = 1, 4, 2, 21, 12
     q, k, v = (randn(b, h, s, d, dtype=dtype, seed=15 + i) for i, h in enumerate((hq, hkv, hkv)))
-    o = attention_prefill_triton(q, k, v, causal=causal, block_m=16, block_n=8, num_warps=2, num_stages=1)
+    o = attention_prefill_triton(q, k, v, causal=causal, block_m=16, block_n=16, num_warps=2, num_stages=1)
     ref.assert_close(o, ref.attention(q, k, v, causal=causal), dtype)
 
 
@@ -140,7 +140,7 @@ def test_it_decodes_over_a_split_kv_cache(dtype, splits):
     b, hq, hkv, length, d = 2, 6, 2, 45, 10
     q = randn(b, hq, 1, d, dtype=dtype, seed=20)
     k, v = randn(b, hkv, length, d, dtype=dtype, seed=21), randn(b, hkv, length, d, dtype=dtype, seed=22)
-    o = attention_decode_triton(q, k, v, num_splits=splits, block_n=8, num_warps=2, num_stages=1)
+    o = attention_decode_triton(q, k, v, num_splits=splits, block_n=16, num_warps=2, num_stages=1)
     ref.assert_close(o, ref.attention(q, k, v, causal=False), dtype)
 
 
@@ -186,3 +186,17 @@ def test_it_reads_strided_expert_weights_in_place():
     w_gate, w_up, w_down = gate_up[:, :f].transpose(1, 2), gate_up[:, f:].transpose(1, 2), down.transpose(1, 2)
     out = moe_triton(x, router, w_gate, w_up, w_down, block_m=4, block_n=16, block_k=16, num_warps=2, num_stages=1)
     ref.assert_close(out, ref.moe(x, router, w_gate, w_up, w_down), torch.float32)
+
+
+@pytest.mark.parametrize("launch", ["prefill", "decode", "gemm"])
+def test_it_refuses_a_matrix_product_block_smaller_than_the_gpu_compiles(launch):
+    """Triton compiles no tl.dot with an inner dimension under 16 for NVIDIA GPUs; the interpreter
+    would run one, so the launcher says so before a GPU ever sees it."""
+    q = randn(1, 2, 20, 16, dtype=torch.float32, seed=1)
+    with pytest.raises(ValueError, match="at least 16"):
+        if launch == "prefill":
+            attention_prefill_triton(q, q, q, block_n=8)
+        elif launch == "decode":
+            attention_decode_triton(q[:, :, :1], q, q, block_n=8)
+        else:
+            gemm_triton(q[0, 0], q[0, 0].T.contiguous(), block_k=8)

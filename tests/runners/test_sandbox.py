@@ -397,3 +397,32 @@ def test_it_survives_a_worker_that_dies_and_keeps_serving_new_ones(sandbox):
     fresh.call("load", timeout=30, source="def report():\n    return 1\n")
     assert fresh.call("report", timeout=10).header["report"] == 1
     fresh.close()
+
+
+def test_it_keeps_only_the_group_that_guards_a_gpu_device_file(monkeypatch):
+    """A driver installed with a device-file group (mode 0660) needs that group in the worker; a
+    world-usable node (0666, what the H200 host had) needs none, and nothing else is kept."""
+    import stat as stat_module
+
+    from runners.sandbox import lockdown
+
+    modes = {"/dev/nvidia0": (0o660, 44), "/dev/nvidiactl": (0o666, 0), "/dev/nvidia-caps": (0o755, 0)}
+
+    def fake_stat(path, *args, **kwargs):
+        mode, gid = modes[path]
+        kind = stat_module.S_IFDIR if path.endswith("caps") else stat_module.S_IFCHR
+        return types.SimpleNamespace(st_mode=kind | mode, st_gid=gid, st_uid=0)
+
+    monkeypatch.setattr(lockdown.os, "stat", fake_stat)
+    assert lockdown.device_groups(list(modes)) == [44]
+    modes["/dev/nvidia0"] = (0o666, 44)
+    assert lockdown.device_groups(list(modes)) == []
+
+
+def test_it_lets_a_cuda_worker_write_only_under_its_own_proc_directory():
+    """The CUDA driver writes under the process's own /proc/<pid> as it starts (cuInit failed
+    with error 304 without it on an H200); CPU workers get no /proc write at all."""
+    from runners.sandbox import lockdown
+
+    assert lockdown.own_proc_for("cpu") == []
+    assert lockdown.own_proc_for("cuda:0") == ["/proc/self"]
