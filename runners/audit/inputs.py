@@ -207,13 +207,20 @@ class SharedInputs:
             pass
 
 
+class DoneRecordBroken(Exception):
+    """The worker shrank its done record's file: it reports nothing from then on."""
+
+
 class DoneRecord:
     """One page the worker writes and the parent reads while it steps a sample: the number of the
     last call the worker finished (word NUMBER, a cache line of its own, which the parent polls)
     and (address, bytes) of each of that call's outputs (from word OUTPUTS on). A file in the
-    worker's scratch directory, owned by its uid, mapped shared by both: the parent polls it with
-    plain loads (reading the worker's memory through /proc would take its memory-map lock, which
-    the kernel under measurement needs for every allocation)."""
+    worker's scratch directory, owned by its uid and mapped shared by the worker. The parent reads
+    it with pread on its own descriptor, never through a mapping: the worker may truncate its own
+    file, and a mapping of a truncated file faults (SIGBUS) on the next load, which killed the
+    harness when an outside red team tried it; a read of a truncated file comes back short and
+    fails the candidate. Reading the worker's memory through /proc instead would take its
+    memory-map lock, which the kernel under measurement needs for every allocation."""
 
     NUMBER, OUTPUTS = 8, 16  # words: the polled line apart from the line the worker fills first
 
@@ -229,29 +236,35 @@ class DoneRecord:
             if os.geteuid() == 0 and owner != 0:
                 os.fchown(fd, owner, -1)
             os.fchmod(fd, 0o600)
-            self._mapping = mmap.mmap(fd, 4096, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
+        except BaseException:
             os.close(fd)
-        self._words = (ctypes.c_uint64 * self.words).from_buffer(self._mapping)
+            raise
+        self._fd = fd
+        self._number_at = self.NUMBER * 8
+        self._outputs_at, self._outputs_len = self.OUTPUTS * 8, 2 * outputs * 8
 
     @classmethod
     def words_for(cls, outputs: int) -> int:
         return cls.OUTPUTS + 2 * outputs
 
     def number(self) -> int:
-        return int(self._words[self.NUMBER])
+        data = os.pread(self._fd, 8, self._number_at)
+        if len(data) != 8:
+            raise DoneRecordBroken("the worker truncated its done record")
+        return int.from_bytes(data, "little")
 
     def outputs(self) -> list[tuple[int, int]]:
         """(address, bytes) of each output of the call `number()` names."""
-        values = self._words[self.OUTPUTS : self.words]
+        data = os.pread(self._fd, self._outputs_len, self._outputs_at)
+        if len(data) != self._outputs_len:
+            raise DoneRecordBroken("the worker truncated its done record")
+        values = [int.from_bytes(data[i:i + 8], "little") for i in range(0, len(data), 8)]
         return list(zip(values[0::2], values[1::2]))
 
     def close(self) -> None:
-        del self._words
-        try:
-            self._mapping.close()
-        except (BufferError, ValueError):
-            pass
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 def slots_for(calls: int) -> int:

@@ -649,6 +649,9 @@ def judge_timing(outcome: Outcome, slots: list[_Slot], rounds: list[dict[str, Sa
         _judge_interference(outcome, summary, trusted, rounds, protocol, checked=judge_hidden)
     stepped = bool(candidate.samples) and all(s.stepped for s in candidate.samples)
     summary["calls_revealed_one_at_a_time"] = stepped
+    # Each call's values copied while the parent held the worker's core (sample.CoreFence): no
+    # worker could start on them before its call was announced.
+    summary["values_copied_while_worker_held"] = stepped and all(s.fenced for s in candidate.samples)
     outcome.timing.update(summary)
     outcome.passed([name for name in TIMING_CHECKS if stepped or name != "calls_one_at_a_time"])
 

@@ -59,6 +59,11 @@ def test_it_rejects_each_cheat_with_its_reason_code(session, path, request):
         ci95 = document["workloads"][0]["ci95"]
         assert ci95 is not None and ci95[1] < 1.0, ci95
         return
+    if header["verdict"] == "no-billable-gain" and document["verdict"] == "accepted":
+        # The figure the trick moved no longer bills: accepted, at no proven gain.
+        workload = document["workloads"][0]
+        assert workload["ci95"] is not None and workload["ci95"][0] <= 1.0, (workload["ci95"], workload["billable"])
+        return
     if "if-missed" in header and document["verdict"] == "accepted":
         # A cheat whose effect depends on where in time its work lands: on a loaded box the work can
         # land where it moves no figure (its own windows, the gaps between samples), and nothing is
@@ -67,7 +72,7 @@ def test_it_rejects_each_cheat_with_its_reason_code(session, path, request):
         assert workload["ci95"] is not None and workload["ci95"][0] <= 1.0 and workload["billable"] is False, \
             (workload["ci95"], workload["billable"], workload["timing"].get("cpu_while_others_measured_s"))
         return
-    assert document["verdict"] == header["verdict"].replace("no-gain", "rejected"), (document["verdict"], document["workloads"][0]["reasons"])
+    assert document["verdict"] == re.sub(r"^no-(billable-)?gain$", "rejected", header["verdict"]), (document["verdict"], document["workloads"][0]["reasons"])
     expected_all = {c.strip() for c in header.get("expect", "").split(",") if c.strip()}
     assert expected_all <= codes, f"missing {expected_all - codes}; got {document['workloads'][0]['reasons']}"
     expected_any = {c.strip() for c in header.get("expect-any", "").split("|") if c.strip()}

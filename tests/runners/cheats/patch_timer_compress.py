@@ -1,8 +1,9 @@
 """A subtler clock patch: timestamps stay plausible, but every second reading is pulled back so the
-interval between a start and a stop reading shrinks to a tenth."""
+interval between a start and a stop reading shrinks to a tenth. Stepped samples bill the
+parent's windows around each call, so the compressed claim moves nothing (it was rejected for
+timing.clock_mismatch while the worker's timer billed)."""
 # workload: rmsnorm
-# verdict: rejected
-# expect: timing.clock_mismatch
+# verdict: no-billable-gain
 import time
 
 import torch.nn.functional as F
