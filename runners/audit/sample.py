@@ -131,9 +131,9 @@ class CoreFence:
     A real-time thread (SCHED_FIFO) moved onto a core preempts every ordinary thread there at
     once, and the worker's tree may run on no other core (its cpuset): while the parent holds the
     core nothing of the worker runs, so no worker can watch the values land and start on them
-    before its call is announced. The parent leaves, then starts the call's clock and announces;
-    the worker resumes with a context switch, not a wake-up from idle, so the window gains no
-    latency. Needs one measurement core and the right to use SCHED_FIFO (root or CAP_SYS_NICE);
+    before its call is announced. The parent copies, starts the call's clock, announces and
+    leaves: the worker resumes (a context switch, not a wake-up from idle) to a call already
+    announced, and the move back counts in every arm's window. Needs one measurement core and the right to use SCHED_FIFO (root or CAP_SYS_NICE);
     `enter` says False, and nothing is held, where either is missing."""
 
     def __init__(self, core: int, home: Sequence[int]) -> None:
