@@ -245,23 +245,28 @@ def _entry_row(entry: dict[str, Any]) -> dict[str, Any]:
     return {"key": entry.get("key"), "verdict": entry.get("verdict"), "aa_ci95": ci, "aa_half_width": half,
             "aa_stable": aa.get("stable"), "baseline_median_s": (entry.get("baseline") or {}).get("median_s"),
             "codes": [r.get("code") for r in entry.get("reasons") or []],
-            **({"error": _first_detail(entry)} if entry.get("verdict") in ("error", "rejected") else {})}
+            **_failure(entry)}
 
 
-def _first_detail(entry: dict[str, Any]) -> str:
-    """What an audit that ended in `error` said, short enough to read in the table's JSON."""
+FAILED = ("error", "rejected")
+
+
+def _failure(entry: dict[str, Any]) -> dict[str, str]:
+    """What an audit that failed said, short enough to read in the table's JSON ({} otherwise)."""
+    if entry.get("verdict") not in FAILED:
+        return {}
     for reason in entry.get("reasons") or []:
         text = str(reason.get("detail") or reason.get("message") or "")
         if text:
-            return text[:600]
-    return ""
+            return {"error": text[:600]}
+    return {"error": ""}
 
 
 def _fail_on_errors(record: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     """A phase whose audits ended in `error` or `rejected` did not prove what it exists to prove:
     the baseline against itself and Dyno's own kernels must pass every check (on the first H200
     run every audit was rejected for its commitments, and the phase still said ok)."""
-    errors = [r["key"] for r in rows if r.get("verdict") in ("error", "rejected")]
+    errors = [r["key"] for r in rows if r.get("verdict") in FAILED]
     if errors:
         record.update(status="failed", errors=errors)
 
@@ -280,7 +285,7 @@ def phase_harness(record: dict[str, Any], deadline: float, *, profile: str, devi
         for entry in document["workloads"]:
             rows.append({**_entry_row(entry), "seconds": round(time.monotonic() - began, 1)})
         state["save"]()  # a run cut short still returns every audit it finished
-        if rows and all(r["verdict"] in ("error", "rejected") for r in rows):
+        if rows and all(r["verdict"] in FAILED for r in rows):
             # Workers that cannot measure at all fail every audit alike: say why once and leave
             # the minutes to the phases that can still answer (the sandbox phase probes why).
             state["workers_failed"] = rows[0].get("error") or "the first audit ended in error"
@@ -297,8 +302,6 @@ def phase_harness(record: dict[str, Any], deadline: float, *, profile: str, devi
 
 def phase_optimizer(record: dict[str, Any], deadline: float, *, profile: str, device: str,
                     copy_gb_per_s: float | None, state: dict) -> None:
-    if state.get("workers_failed"):
-        raise _Skip(f"workers could not measure in the harness phase: {state['workers_failed'][:300]}")
     from pipeline.optimized import run_optimized_suite
 
     points = ["torch-compile"] if device == "cpu" else ["torch-compile", "torch-compile-max-autotune"]
@@ -328,7 +331,7 @@ def _optimizer_row(entry: dict[str, Any], copy_gb_per_s: float | None) -> dict[s
     row: dict[str, Any] = {"key": entry.get("key"), "family": entry.get("family"), "verdict": entry.get("verdict"),
                            "speedup": speedup, "ci95": entry.get("ci95"),
                            "codes": [r.get("code") for r in entry.get("reasons") or []],
-                           **({"error": _first_detail(entry)} if entry.get("verdict") in ("error", "rejected") else {})}
+                           **_failure(entry)}
     for point, figures in refs.items():
         versus = figures.get("speedup_vs_baseline")
         row[f"over_{point.replace('-', '_')}"] = speedup / versus if speedup and versus else None
@@ -348,8 +351,6 @@ def _header(path: Path) -> dict[str, str]:
 
 
 def phase_cheats(record: dict[str, Any], deadline: float, *, profile: str, device: str, state: dict) -> None:
-    if state.get("workers_failed"):
-        raise _Skip(f"workers could not measure in the harness phase: {state['workers_failed'][:300]}")
     from runners.evaluate import audit_candidate
 
     folder = ROOT / "tests" / "runners" / "cheats"
@@ -377,12 +378,10 @@ def phase_cheats(record: dict[str, Any], deadline: float, *, profile: str, devic
 # --- sandbox ---------------------------------------------------------------------------------------
 
 
-def phase_model(record: dict[str, Any], deadline: float, *, profile: str, device: str, state: dict) -> None:
+def phase_model(record: dict[str, Any], deadline: float, *, profile: str, device: str) -> None:
     """The whole-model audit on the device: eager against eager (no artifact), so the figure must be
     ~1x, with its A/A control; what it proves is the stepped, parent-clocked sample, the device-wide
     sync before each commitment and the logit checks on this machine."""
-    if state.get("workers_failed"):
-        raise _Skip(f"workers could not measure in the harness phase: {state['workers_failed'][:300]}")
     from runners.modelaudit import audit_model_forward
     from runners.samples import write_sample_model
 
@@ -464,6 +463,18 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# Phases that measure in sandboxed workers: pointless once the harness phase showed none can.
+NEED_WORKERS = {"optimizer", "cheats", "model"}
+
+
+def _after_working_audits(body: Callable[[dict[str, Any], float], None], state: dict) -> Callable[[dict[str, Any], float], None]:
+    def run(record: dict[str, Any], deadline: float) -> None:
+        if state.get("workers_failed"):
+            raise _Skip(f"workers could not measure in the harness phase: {state['workers_failed'][:300]}")
+        body(record, deadline)
+    return run
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="cpu-ci shapes on CPU, Triton's interpreter")
@@ -494,12 +505,12 @@ def main(argv: list[str] | None = None) -> int:
                                                    copy_gb_per_s=check.doc["phases"].get("machine", {}).get("copy_gb_per_s"),
                                                    state=state)),
         ("cheats", lambda r, d: phase_cheats(r, d, profile=profile, device=device, state=state)),
-        ("model", lambda r, d: phase_model(r, d, profile=profile, device=device, state=state)),
+        ("model", lambda r, d: phase_model(r, d, profile=profile, device=device)),
         ("sandbox", lambda r, d: phase_sandbox(r, d, device=device, state=state)),
     ]
     for phase, body in plan:
         if phase in wanted:
-            check.phase(phase, budgets[phase], body)
+            check.phase(phase, budgets[phase], _after_working_audits(body, state) if phase in NEED_WORKERS else body)
     text = table(check.doc)
     (out / f"{name}.txt").write_text(text + "\n")
     print(text)

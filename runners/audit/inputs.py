@@ -226,8 +226,7 @@ class DoneRecord:
 
     def __init__(self, directory: str, outputs: int) -> None:
         self.outputs_count = outputs
-        self.words = self.words_for(outputs)
-        if self.words * 8 > 4096:
+        if self.words_for(outputs) * 8 > 4096:
             raise ValueError(f"{outputs} outputs do not fit one page")
         fd, self.path = tempfile.mkstemp(dir=directory, prefix="done-")
         try:

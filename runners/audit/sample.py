@@ -46,7 +46,6 @@ class Sample:
     gaps_ns: int = 0  # stepped: between a call seen done and the next announced (the parent's copies and snapshots)
     call_windows: list[int] = field(default_factory=list)  # stepped: each call's window on the parent's clock
     meanwhile_s: float = 0.0  # CPU of the tree while other arms of the round were measured (runners.audit.rounds)
-    claimed_ns: int = 0  # the worker's own timer over the calls (stepped: held to fit inside the windows, not billed)
 
     @property
     def unaccounted_s(self) -> float:
@@ -154,17 +153,13 @@ class CoreFence:
         return True
 
     def leave(self) -> None:
-        """Back to the parent's own cores, still real-time (then `relax`)."""
+        """Back to the parent's own cores (moved while still real-time), then an ordinary thread."""
         left = time.perf_counter_ns()
         try:
             os.sched_setaffinity(0, self.home)
-        except BaseException:
-            self.relax()
-            raise
+        finally:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
         self.held_ns = left - self._arrived
-
-    def relax(self) -> None:
-        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
 
 
 def _fence_for(worker: Worker, spare: Sequence[int]) -> CoreFence | None:
@@ -198,28 +193,22 @@ def _step_calls(steps: _Steps, worker: Worker, inputs: SharedInputs, slots: Sequ
     steps.fenced = fence is not None
     for index, slot in enumerate(slots):
         number = base + index + 1
-        held = 0
         # Read before the copy: the wait the parent causes while it holds the core is taken off below.
         waited = (worker.runqueue_wait_ns() or 0) if discount else 0
-        fenced = steps.fenced and fence is not None and fence.enter()
-        if fenced:
-            assert fence is not None
-            # Copied and announced while the worker cannot run; its window starts before the
-            # parent leaves the core (the worker resumes as the parent is taken off it, before
-            # the parent's own call returns), so the move back counts in every arm's window.
-            try:
-                inputs.reveal(slot)
-                announced = clock()
-                inputs.announce(number)
-            finally:
-                fence.leave()
-                fence.relax()
-            held = fence.held_ns
-        else:
-            steps.fenced = False
+        held_by = fence if steps.fenced and fence is not None and fence.enter() else None
+        steps.fenced = held_by is not None
+        # Fenced, the values are copied and the call announced while the worker cannot run; its
+        # window starts before the parent leaves the core (the worker resumes as the parent is
+        # taken off it, before the parent's own call returns), so the move back counts in every
+        # arm's window.
+        try:
             inputs.reveal(slot)
             announced = clock()  # before the store: the worker's clock may start the moment it lands
             inputs.announce(number)
+        finally:
+            if held_by is not None:
+                held_by.leave()
+        held = held_by.held_ns if held_by is not None else 0
         if index:
             steps.gaps_ns += announced - seen
         polls = 0
@@ -342,7 +331,6 @@ def timed_sample(
         per_call_s=max(per_call, 1e-12),
         window_ns=window,
         reported_ns=reported,
-        claimed_ns=claimed,
         clock_problem=problem,
         meta=header.get("meta"),
         pointers=pointers,
