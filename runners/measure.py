@@ -104,6 +104,11 @@ class Protocol:
     # Measured beside a whole-model audit's arms (runners.modelaudit.REFERENCE_POINTS): what a
     # customer gets for free. Off on cpu-ci, where compiling the tiny test models costs ~45 s a run.
     model_reference_points: tuple[str, ...] = ()
+    # The most one sample's distinct inputs may hold (every call its own slot): calls per sample
+    # are capped to fit. Every round draws them afresh and every arm's sample copies them, so on
+    # a GPU, where a call is microseconds and the inputs are tens of megabytes, this bounds a
+    # round's cost (the first H200 run spent 9 minutes in one A/A audit at 1 GiB a sample).
+    input_budget_bytes: int = 1 << 30
 
     def worker_threads(self) -> int:
         return self.threads or max(1, len(os.sched_getaffinity(0)) - 1)
@@ -166,6 +171,7 @@ _PROTOCOLS: dict[str, Protocol] = {
         clock_slack_rel=0.10,
         settle_max_s=0.01,
         l2_flush_bytes=256 << 20,
+        input_budget_bytes=256 << 20,
         discount_preemption=False,
         model_rounds_factor=3,
         model_reference_points=("torch-compile",),

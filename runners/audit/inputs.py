@@ -17,12 +17,15 @@ import mmap
 import os
 import tempfile
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
 from runners import suite
 from runners.suite import WorkloadSpec
+
+if TYPE_CHECKING:
+    from runners.measure import Protocol
 
 _ALIGN = 4096  # every input of every slot starts on its own page: the same placement for every arm
 
@@ -97,8 +100,11 @@ class SharedInputs:
     round's values into. `fill` and `copy_slot` write the staging copy; `reveal` copies a slot
     into the file the workers read; `hide` clears every slot of the file again."""
 
-    def __init__(self, directory: str, spec: WorkloadSpec, slots: int) -> None:
+    def __init__(self, directory: str, spec: WorkloadSpec, slots: int, *, device: str = "cpu") -> None:
         self.layout = SlotLayout.for_spec(spec, slots)
+        # Where `fill` draws values: the audit's device (a GPU draws a round's gigabyte in
+        # milliseconds where one CPU thread takes seconds); they are staged on the host either way.
+        self.device = device
         fd, self.path = tempfile.mkstemp(dir=directory, prefix=f"{spec.name}-", suffix=".inputs")
         try:
             os.ftruncate(fd, self.layout.nbytes)
@@ -151,9 +157,9 @@ class SharedInputs:
                 shape,
                 seed=suite.derive_seed(seed, spec.key, layout.seed_name, distribution),
                 dtype=spec.torch_dtype,
-                device="cpu",
+                device=self.device,
                 distribution=distribution,
-            ).reshape(len(chosen), -1)
+            ).reshape(len(chosen), -1).cpu()
             for row, slot in enumerate(chosen):
                 self.layout.views(self._stage, slot)[index].reshape(-1).copy_(values[row])
 
@@ -273,3 +279,9 @@ def slots_for(calls: int) -> int:
 
 def slot_bytes(spec: WorkloadSpec) -> int:
     return SlotLayout.for_spec(spec, 1).nbytes
+
+
+def max_calls(spec: WorkloadSpec, protocol: Protocol) -> int:
+    """Calls per sample at most: the protocol's cap, and as many distinct slots as fit in its
+    input budget (at least one call)."""
+    return max(1, min(protocol.max_calls, protocol.input_budget_bytes // max(1, slot_bytes(spec))))

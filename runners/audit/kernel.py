@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from runners import checks, measure, stats, suite
-from runners.audit.inputs import SharedInputs, slots_for
+from runners.audit.inputs import SharedInputs, max_calls, slots_for
 from runners.audit.outcome import CHECK_PHASE_CHECKS, TIMING_CHECKS, Outcome
 from runners.audit.rounds import Interference, Round, interference_excess
 from runners.audit.sample import Sample, overlaps, read_outputs, timed_sample
@@ -162,7 +162,7 @@ class KernelAudit:
             count = max(1, min(probe_calls, math.ceil(protocol.target_sample_s / single)))
             per_call = run(count).per_call_s
             worker.call("release", timeout=timeout)
-            calls = max(1, min(self.session.max_calls(spec, protocol), math.ceil(protocol.target_sample_s / per_call)))
+            calls = max(1, min(max_calls(spec, protocol), math.ceil(protocol.target_sample_s / per_call)))
             self.session.calibration[key] = (calls, per_call)
         calls, per_call = self.session.calibration[key]
         self.timeout = max(protocol.call_timeout_floor_s, protocol.call_timeout_factor * per_call * calls)
@@ -201,7 +201,7 @@ class KernelAudit:
         for index, distribution in enumerate(distributions):
             where = f"{phase} set {index} ({distribution})"
             args = inputs.inputs(2 * index)
-            refs = _as_tuple(suite.reference(self.spec, args))
+            refs = self._reference(args)
             masks = suite.check_mask(self.spec, args)
             first, second = outputs[2 * index], outputs[2 * index + 1]
             judgement.merge(checks.judge_outputs(first, refs, masks, atol=atol, rtol=rtol, where=where, failure_code=failure_code))
@@ -401,11 +401,19 @@ class KernelAudit:
         atol, rtol = suite.tolerance(self.spec)
         for call, got in zip(picks, outputs):
             args = self.inputs.inputs(call)
-            refs = _as_tuple(suite.reference(self.spec, args))
+            refs = self._reference(args)
             self.outcome.absorb(checks.judge_outputs(
                 got, refs, suite.check_mask(self.spec, args), atol=atol, rtol=rtol,
                 where=f"{where}, timed call {call}", failure_code="correctness.timed_output_mismatch",
             ))
+
+    def _reference(self, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        """The float64 reference for a call's inputs, computed on the audit's device (a GPU
+        profile's GEMM in float64 takes a second on the host's CPUs, milliseconds on the GPU)."""
+        if not self.device.startswith("cuda"):
+            return _as_tuple(suite.reference(self.spec, args))
+        refs = _as_tuple(suite.reference(self.spec, tuple(a.to(self.device) for a in args)))
+        return tuple(r.cpu() for r in refs)
 
     def _challenge_count(self, calls: int) -> int:
         return min(calls, max(self.protocol.verify_per_round, min(16, math.ceil(self.protocol.verify_share * calls))))

@@ -5,22 +5,17 @@ Trusted side. Shared by every spec of one audit, suite run or optimizer search.
 
 from __future__ import annotations
 
-import math
 import tempfile
 from dataclasses import dataclass
 from typing import Any
 
 from runners import suite
-from runners.audit.inputs import DoneRecord, SharedInputs, slot_bytes
+from runners.audit.inputs import DoneRecord, SharedInputs
 from runners.measure import Protocol
 from runners.sandbox import Sandbox, SandboxConfig, SandboxError, Worker
 from runners.suite import WorkloadSpec
 
 WORKER_HANDLER = "runners.audit.worker:KernelWorker"
-# The most a spec's shared input file may hold: a sample's calls are capped to fit.
-INPUT_BUDGET_BYTES = 1 << 30
-
-
 class HarnessError(RuntimeError):
     """The audit could not run for a reason that is not the candidate's (bad arguments, broken baseline)."""
 
@@ -82,12 +77,9 @@ class AuditSession:
             return current
         if current is not None:
             current.close()
-        created = SharedInputs(self._shared_dir(), spec, slots)
+        created = SharedInputs(self._shared_dir(), spec, slots, device=self.device)
         self._inputs[spec.key] = created
         return created
-
-    def max_calls(self, spec: WorkloadSpec, protocol: Protocol) -> int:
-        return max(1, min(protocol.max_calls, math.floor(INPUT_BUDGET_BYTES / max(1, slot_bytes(spec)))))
 
     def bind(self, worker: Worker, inputs: SharedInputs, protocol: Protocol) -> Binding:
         """Map `inputs` in `worker`. For a candidate worker, call before its code is loaded."""

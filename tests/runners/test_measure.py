@@ -152,3 +152,32 @@ def test_it_derives_quick_protocols_without_the_audit_extras():
     assert quick.rounds == 3 and quick.probe_rounds == 0 and quick.name == "cpu-ci-quick"
     with pytest.raises(ValueError, match="cpu-ci"):
         measure.protocol_for("tpu")
+
+
+def test_a_sample_s_distinct_inputs_fit_the_protocol_s_input_budget():
+    """Every call of a sample has its own slot, drawn afresh each round and copied for every arm:
+    the GPU profile caps them at 256 MiB (the first H200 run spent 9 minutes in one rmsnorm A/A
+    audit at 1 GiB a sample); a spec larger than the budget still gets one call."""
+    from runners.audit.inputs import max_calls, slot_bytes
+
+    gpu = measure.protocol_for("gpu")
+    assert gpu.input_budget_bytes < measure.protocol_for("cpu").input_budget_bytes
+    for spec in suite.profile_specs("gpu"):
+        calls = max_calls(spec, gpu)
+        assert calls >= 1
+        assert calls == 1 or calls * slot_bytes(spec) <= gpu.input_budget_bytes
+    large = suite.find_spec("gpu", "rmsnorm")[0]
+    assert slot_bytes(large) > 30e6 and max_calls(large, gpu) == gpu.input_budget_bytes // slot_bytes(large)
+    assert max_calls(suite.find_spec("gpu", "moe")[0], gpu) == 1
+
+
+def test_inputs_are_drawn_on_the_audit_s_device_and_staged_on_the_host(tmp_path):
+    spec = suite.find_spec("cpu-ci", "rmsnorm")[0]
+    inputs = SharedInputs(str(tmp_path), spec, 2, device="meta")
+    with pytest.raises((NotImplementedError, RuntimeError)):
+        inputs.fill(seed=1)  # the meta device holds no values: proof the draw happened there
+    inputs.close()
+    inputs = SharedInputs(str(tmp_path), spec, 2)
+    inputs.fill(seed=1)
+    assert inputs.device == "cpu" and all(t.device.type == "cpu" and t.abs().sum() > 0 for t in inputs.inputs(0))
+    inputs.close()
