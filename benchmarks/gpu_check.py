@@ -26,6 +26,7 @@ import math
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,7 @@ DRY_BUDGETS = {"machine": 20, "kernels": 240, "harness": 60, "optimizer": 90, "c
 WORKLOAD_ORDER = ["rmsnorm", "gemm", "attention_prefill", "swiglu", "softmax", "attention_decode", "rope",
                   "layernorm", "moe", "ssm_scan"]
 SELECTED = set(WORKLOAD_ORDER)  # --workloads narrows it
+HARD_STOP_GRACE_S = 15.0  # a phase is stopped at 1.5 x its budget plus this
 
 
 class Check:
@@ -72,18 +74,30 @@ class Check:
         self.doc["phases"][name] = record
         self.save()
         began = time.monotonic()
+        # A phase that outruns its budget by half again is stopped where it stands (an exception
+        # raised in the main thread; the harness's own cleanup closes its workers), so one stuck
+        # phase cannot spend the others' minutes: on the second H200 run one A/A audit took the
+        # whole call.
+        hard_stop = budget_s * 1.5 + HARD_STOP_GRACE_S
+        previous = signal.signal(signal.SIGALRM, _overrun)
+        signal.setitimer(signal.ITIMER_REAL, hard_stop)
         try:
             body(record, began + budget_s)
             if record["status"] == "running":
                 record["status"] = "ok"
         except _Skip as skip:
             record.update(status="skipped", reason=str(skip))
+        except _Overrun:
+            record.update(status="overran", reason=f"stopped after {hard_stop:.0f} s (budget {budget_s} s)",
+                          traceback=traceback.format_exc()[-3000:])
         except BaseException as exc:  # noqa: BLE001 - a phase's failure is a finding, not the end of the run
             record.update(status="error", error=f"{type(exc).__name__}: {exc}"[:2000],
                           traceback=traceback.format_exc()[-3000:])
             if isinstance(exc, KeyboardInterrupt):
                 raise
         finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
             record["seconds"] = round(time.monotonic() - began, 1)
             self.save()
         print(f"[{self.doc['wall_s']:6.1f} s] {name}: {record['status']}"
@@ -93,6 +107,14 @@ class Check:
 
 class _Skip(Exception):
     pass
+
+
+class _Overrun(Exception):
+    pass
+
+
+def _overrun(signum: int, frame: Any) -> None:
+    raise _Overrun("the phase ran past its hard stop")
 
 
 def _left(deadline: float) -> float:
@@ -284,6 +306,7 @@ def phase_harness(record: dict[str, Any], deadline: float, *, profile: str, devi
         state.setdefault("sandbox", document.get("sandbox"))
         for entry in document["workloads"]:
             rows.append({**_entry_row(entry), "seconds": round(time.monotonic() - began, 1)})
+            print(f"    harness {rows[-1]['key']}: {rows[-1]['verdict']} in {rows[-1]['seconds']} s", flush=True)
         state["save"]()  # a run cut short still returns every audit it finished
         if rows and all(r["verdict"] in FAILED for r in rows):
             # Workers that cannot measure at all fail every audit alike: say why once and leave
@@ -514,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
     text = table(check.doc)
     (out / f"{name}.txt").write_text(text + "\n")
     print(text)
-    bad = [p for p, r in check.doc["phases"].items() if r["status"] in ("error", "failed")]
+    bad = [p for p, r in check.doc["phases"].items() if r["status"] in ("error", "failed", "overran")]
     return 1 if bad else 0
 
 

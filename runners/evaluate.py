@@ -72,6 +72,10 @@ def _document(
             item["billable"], item["billable_speedup"] = False, None
     environment = environment_fingerprint(device, threads=session.sandbox.config.threads)
     environment["sandbox_protections"] = sandbox.get("protections")
+    environment["kernel_clock"] = kernel_clock(device)
+    if environment["kernel_clock"] == WORKER_CUDA_EVENTS:
+        for item in entries:  # the candidate's own process reported these times
+            item["billable"], item["billable_speedup"] = False, None
     document = result.build_document(
         kind=kind,
         profile=profile,
@@ -86,6 +90,18 @@ def _document(
     )
     result.validate_document(document)
     return document
+
+
+# Where kernel audits' times come from. On CPU the parent's clock around each call (stepped
+# samples) or the worker's timestamps held to the parent's window and the kernel's CPU accounting
+# of the worker's tree. On a GPU, CUDA events recorded by the worker: the candidate's own process,
+# which may report any time that fits its host interval (an open finding of the red team), so
+# those figures never bill (platform: reports.document.kernel_clock_trusted).
+WORKER_CUDA_EVENTS = "cuda-events-in-worker"
+
+
+def kernel_clock(device: str) -> str:
+    return WORKER_CUDA_EVENTS if device.startswith("cuda") else "host"
 
 
 def sandbox_block(info: dict[str, Any]) -> dict[str, Any]:

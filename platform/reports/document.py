@@ -57,11 +57,13 @@ class NotBillable(StrEnum):
     NO_CONFIDENCE_INTERVAL = "no_confidence_interval"
     SANDBOX_INCOMPLETE = "sandbox_incomplete"
     RUNNER_NOT_CALIBRATED = "runner_not_calibrated"
+    DEVICE_CLOCK_UNTRUSTED = "device_clock_untrusted"
 
 
 # Reasons that say the measurement itself cannot be trusted (not merely that it proves no speedup):
 # metering refuses to deploy under such a report at all.
-UNTRUSTED = frozenset({NotBillable.SANDBOX_INCOMPLETE.value, NotBillable.RUNNER_NOT_CALIBRATED.value})
+UNTRUSTED = frozenset({NotBillable.SANDBOX_INCOMPLETE.value, NotBillable.RUNNER_NOT_CALIBRATED.value,
+                       NotBillable.DEVICE_CLOCK_UNTRUSTED.value})
 
 
 _NOT_BILLABLE_TEXT = {
@@ -77,6 +79,9 @@ _NOT_BILLABLE_TEXT = {
     NotBillable.RUNNER_NOT_CALIBRATED: "the runner that measured this failed its own calibration (its A/A "
                                        "controls were unstable when it started, see environment."
                                        "runner_calibration), so figures it measures do not bill",
+    NotBillable.DEVICE_CLOCK_UNTRUSTED: "GPU kernel timings are CUDA events recorded inside the candidate's "
+                                        "own process, which could report less than it took; until the "
+                                        "harness times device work on its own clock, GPU kernel figures do not bill",
 }
 
 
@@ -211,6 +216,16 @@ def sandbox_trusted(result: dict[str, Any]) -> bool:
     return block.get("complete") is not False or bool(block.get("operator_allowed_incomplete"))
 
 
+def kernel_clock_trusted(result: dict[str, Any]) -> bool:
+    """False where the kernel audits' times came from the candidate's own process (CUDA events
+    recorded by the worker): `environment.kernel_clock`, and any CUDA result that does not say."""
+    environment = result.get("environment") or {}
+    clock = environment.get("kernel_clock")
+    if clock is None:
+        return not str(environment.get("device") or "").startswith("cuda")
+    return clock != "cuda-events-in-worker"
+
+
 def runner_calibrated(result: dict[str, Any]) -> bool:
     """False only when the runner recorded a failed calibration (none recorded: not known to fail)."""
     block = (result.get("environment") or {}).get("runner_calibration")
@@ -241,7 +256,8 @@ def billing_statement(result: dict[str, Any], figure: ModelFigure | None = None)
         ci = workload.get("ci95") or [None, None]
         low = _decimal(ci[0]) if len(ci) == 2 else None
         entry = _billable(low, stable=stable, accepted=workload.get("verdict") == "accepted",
-                          trusted=sandbox_trusted(result), calibrated=runner_calibrated(result))
+                          trusted=sandbox_trusted(result), calibrated=runner_calibrated(result),
+                          clock_trusted=kernel_clock_trusted(result))
         workloads.append({"name": workload.get("name"), "shape": workload.get("shape"),
                           "dtype": workload.get("dtype"), **entry.as_body()})
     reasons = []
@@ -404,11 +420,13 @@ def _check_result(result: Any) -> None:
 
 
 def _billable(low: Decimal | None, *, stable: bool, accepted: bool, trusted: bool = True,
-              calibrated: bool = True) -> Billable:
+              calibrated: bool = True, clock_trusted: bool = True) -> Billable:
     if low is None:
         return Billable(None, False, NotBillable.NO_CONFIDENCE_INTERVAL)
     if not trusted:
         return Billable(low, False, NotBillable.SANDBOX_INCOMPLETE)
+    if not clock_trusted:
+        return Billable(low, False, NotBillable.DEVICE_CLOCK_UNTRUSTED)
     if not calibrated:
         return Billable(low, False, NotBillable.RUNNER_NOT_CALIBRATED)
     if not stable:

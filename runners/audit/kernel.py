@@ -92,8 +92,14 @@ class KernelAudit:
         calls = self.calibrate()
         self.calls = calls
         self.inputs = self.session.inputs(spec, max(slots_for(calls), 2 * len(protocol.check_distributions)))
-        trusted = self.session.baselines(spec, 2 if self.aa_control else 1, protocol, self.inputs)
-        self.sanity(trusted[0])
+        # Fresh trusted processes for every spec, each with the candidate's history (spawned, bound,
+        # loaded, one check sample): a session's trusted workers used to serve every spec of a
+        # run, and a worker aged by earlier specs, calibrations and probes ran 2-8% slower than a
+        # fresh one (ssm_scan, last of the cpu suite: the baseline against itself at 1.02-1.08,
+        # and a candidate 3% slower than the baseline billed at 1.054x).
+        trusted = self.session.renew_baselines(spec, 2 if self.aa_control else 1, protocol, self.inputs)
+        for worker in trusted:
+            self.sanity(worker)
         self.candidate = self.session.sandbox.spawn("candidate")
         try:
             try:

@@ -39,3 +39,28 @@ def test_the_dry_run_passes_every_phase_and_writes_its_figures(tmp_path):
     assert all(0.3 < p["speedup"] < 3 and p["aa"]["ci95"] and p["rounds"] == 4 for p in phases["model"]["phases"])
     table = (tmp_path / "gpu-check-dry-run.txt").read_text()
     assert "harness" in table and "rmsnorm" in table
+
+
+def test_a_phase_that_outruns_its_budget_is_stopped_and_the_next_one_runs(tmp_path, monkeypatch):
+    import importlib.util
+    import time
+
+    spec = importlib.util.spec_from_file_location("gpu_check_module", ROOT / "benchmarks" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "HARD_STOP_GRACE_S", 0.2)
+    check = module.Check(tmp_path / "check.json", dry_run=True, command="test")
+
+    def stuck(record, deadline):
+        record["started"] = True
+        time.sleep(30)  # an audit that never returns
+
+    began = time.monotonic()
+    stopped = check.phase("harness", 0.2, stuck)
+    assert time.monotonic() - began < 5
+    assert stopped["status"] == "overran" and stopped["started"] and "budget 0.2 s" in stopped["reason"]
+    after = check.phase("model", 5, lambda record, deadline: record.update(ran=True))
+    assert after["status"] == "ok" and after["ran"]
+    time.sleep(0.6)  # no alarm is left armed for the phase after
+    saved = json.loads((tmp_path / "check.json").read_text())["phases"]
+    assert saved["harness"]["status"] == "overran" and saved["model"]["status"] == "ok"

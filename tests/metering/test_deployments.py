@@ -110,7 +110,7 @@ def test_a_disputed_figure_lowered_by_its_reaudit_applies_from_the_dispute(
     assert deployment.report_history.count() == 2
 
 
-@pytest.mark.parametrize("code", ["runner_not_calibrated", "sandbox_incomplete"])
+@pytest.mark.parametrize("code", ["runner_not_calibrated", "sandbox_incomplete", "device_clock_untrusted"])
 def test_a_report_measured_where_figures_cannot_be_trusted_never_bills(make_org, make_contract, make_report,
                                                                        make_deployment, billing_settings, code):
     from metering.deployments import deployments_follow_reaudit

@@ -43,3 +43,32 @@ def test_a_result_from_a_runner_that_failed_calibration_signs_but_does_not_bill(
     assert model_figure(result).billable.billable
     del result["environment"]["runner_calibration"]
     assert model_figure(result).billable.billable
+
+
+def test_gpu_kernel_figures_timed_by_the_candidate_s_own_process_do_not_bill():
+    """A kernel audit on a GPU bills CUDA events the worker recorded: the candidate's own process,
+    which could report any time that fits its host interval. Such figures sign but never bill; a
+    CUDA result that does not say where its times came from counts as that kind."""
+    from reports.document import UNTRUSTED, billing_statement, kernel_clock_trusted
+    from tests.reports.builders import synthetic_result
+
+    result = synthetic_result(seed=5, model=(1.3, 1.2, 1.4))
+    billable = [w["billable"] for w in billing_statement(result)["workloads"]]
+    assert any(billable)  # the synthetic kernels bill on the host clock
+    for environment in ({"device": "cuda", "kernel_clock": "cuda-events-in-worker"}, {"device": "cuda:1"}):
+        result["environment"].pop("kernel_clock", None)
+        result["environment"].update(environment)
+        assert not kernel_clock_trusted(result)
+        rows = billing_statement(result)["workloads"]
+        assert not any(w["billable"] for w in rows)
+        assert {w["reason"] for w in rows if w["ci95_low"] is not None} <= {"device_clock_untrusted"}
+    assert "device_clock_untrusted" in UNTRUSTED
+    result["environment"]["kernel_clock"] = "host"
+    assert kernel_clock_trusted(result) and [w["billable"] for w in billing_statement(result)["workloads"]] == billable
+
+
+def test_the_runner_marks_its_kernel_clock_and_cuda_kernel_figures_unbillable():
+    from runners.evaluate import WORKER_CUDA_EVENTS, kernel_clock
+
+    assert kernel_clock("cpu") == "host"
+    assert kernel_clock("cuda") == kernel_clock("cuda:0") == WORKER_CUDA_EVENTS
