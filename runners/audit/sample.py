@@ -240,7 +240,7 @@ def _step_calls(steps: _Steps, worker: Worker, inputs: SharedInputs, slots: Sequ
 def timed_sample(
     worker: Worker, slots: Sequence[int], *, device: str, timeout: float, discount_preemption: bool,
     freeze: bool, fields: dict[str, Any] | None = None, inputs: SharedInputs | None = None,
-    done: DoneRecord | None = None, snapshot: Collection[int] = (),
+    done: DoneRecord | None = None, snapshot: Collection[int] = (), fence: bool = True,
 ) -> Sample:
     """Run one sample. With `freeze`, the worker's tree is left frozen from the reply on (the caller
     reads outputs, then thaws it; a request to a frozen worker thaws it first): nothing in it can
@@ -249,7 +249,8 @@ def timed_sample(
     With `inputs` (and the worker's "done" record), on CPU where a core is left for the parent,
     the sample is stepped: the file is cleared, and each call's values are revealed only when the
     previous call is done (see _step); the outputs of `snapshot` calls are read at that moment.
-    Otherwise every slot is revealed before the request.
+    Otherwise every slot is revealed before the request. `fence=False` copies each call's values
+    without the core fence (the caching probe: its identical calls are told apart anyway).
 
     With `discount_preemption` (CPU, one thread), the calling thread's run-queue wait, read by the
     parent, comes off the sample: waiting caused by the candidate's own threads or processes is
@@ -275,7 +276,7 @@ def timed_sample(
         shapes = suite.output_shapes(inputs.spec)
         elsize = torch.empty((), dtype=inputs.spec.torch_dtype).element_size()
         max_span = 4 * max(math.prod(shape) for shape in shapes) * elsize if shapes else 0
-        fence = _fence_for(worker, spare)  # before the parent pins itself: the sandbox's cores derive from its mask
+        held = _fence_for(worker, spare) if fence else None  # before the parent pins itself: the sandbox's cores derive from its mask
         pinned = os.sched_getaffinity(0)
         os.sched_setaffinity(0, spare)  # the parent spins too: never on a core it measures
         try:
@@ -283,7 +284,7 @@ def timed_sample(
             sent = worker.send("run", slots=list(slots), **request)
             steps = _step(worker, inputs, slots, base=base, done=done, snapshot=set(snapshot),
                           outputs=len(shapes), max_span=max_span, op="run", deadline=deadline, timeout=timeout,
-                          discount=discount_preemption, fence=fence)
+                          discount=discount_preemption, fence=held)
             reply = worker.receive("run", sent_ns=sent, deadline=deadline, timeout=timeout)
         finally:
             os.sched_setaffinity(0, pinned)
