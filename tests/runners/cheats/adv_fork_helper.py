@@ -9,6 +9,7 @@ Correctness checks and the caching probe are served honestly.
 """
 # workload: rmsnorm
 # verdict: rejected
+# if-missed: accepted only at no billable gain (a race between its deferred work and the parent's reads and checks: on a VM whose cores wake and migrate slowly the work can land inside its own windows, where it moves no figure)
 # expect-any: integrity.stray_process | timing.clock_mismatch | correctness.timed_output_mismatch
 # today: rejected (integrity.stray_process at the caching probe)
 import mmap

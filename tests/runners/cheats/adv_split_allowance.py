@@ -12,6 +12,7 @@ reported time by more than the allowance.
 """
 # workload: rmsnorm
 # verdict: rejected
+# if-missed: accepted only at no billable gain (a race between its deferred work and the parent's reads and checks: on a VM whose cores wake and migrate slowly the work can land inside its own windows, where it moves no figure)
 # expect-any: timing.done_before_computed | integrity.background_cpu | timing.clock_mismatch
 # today: rejected (timing.done_before_computed)
 import time

@@ -10,6 +10,7 @@ candidate cannot tell which (the secret "special" call, always verified).
 """
 # workload: rmsnorm
 # verdict: rejected
+# if-missed: accepted only at no billable gain (when its guess of which samples are timed fails, e.g. when calibration on a slow VM gives few calls a sample, it computes honestly and gains nothing)
 # expect-any: correctness.mismatch | correctness.timed_output_mismatch
 # today: rejected (correctness.timed_output_mismatch in round 5, special call of the 'small' distribution)
 import torch
