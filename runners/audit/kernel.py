@@ -20,7 +20,7 @@ from runners import checks, measure, stats, suite
 from runners.audit.inputs import SharedInputs, max_calls, slots_for
 from runners.audit.outcome import CHECK_PHASE_CHECKS, TIMING_CHECKS, Outcome
 from runners.audit.rounds import Interference, Round, interference_excess
-from runners.audit.sample import Sample, overlaps, read_outputs, timed_sample
+from runners.audit.sample import Sample, layout_bytes, overlaps, read_outputs, timed_sample
 from runners.audit.session import AuditSession, Binding, HarnessError
 from runners.measure import Protocol
 from runners.sandbox import SandboxError, Worker
@@ -294,6 +294,7 @@ class KernelAudit:
         schedule = round_schedule(protocol, budget_cut=self.deadline is not None)
         total = len(schedule)
         measured: list[dict[str, Sample]] = []
+        self._freeze_idle(slots)
         for slot in slots:
             slot.cpu_mark = slot.worker.cpu_ns()
         generation = 0
@@ -309,6 +310,7 @@ class KernelAudit:
                 everyone = self.renew(slots, everyone)
                 if self.outcome.proven_wrong:
                     break
+                self._freeze_idle(slots)
             self.note(0.30 + 0.6 * round_index / total, f"{spec.key}: round {round_index + 1}/{total}")
             round_seed = suite.derive_seed(self.seed, spec.key, "round", round_index, secrets.randbits(32))
             self.inputs.fill(seed=round_seed, slots=range(calls))
@@ -335,12 +337,10 @@ class KernelAudit:
                 slot.cpu_mark += sample.cpu_round_ns
                 if slot.worker is self.candidate:
                     self._challenge(sample, special, round_index)
-                if sample.frozen:
-                    # Thawed while the others are measured (kept frozen until its next sample, a
-                    # short A/A check showed wider intervals; not confirmed by the full benchmark):
-                    # what a thawed worker does meanwhile is CPU in its next figure, and in the
-                    # round's interference figure.
-                    slot.worker.thaw()
+                # Every arm stays frozen until its next request thaws it (timed_sample hides the
+                # inputs the other arms saw before it sends): a worker left to run while the others
+                # are measured could read this round's values, which every arm shares, and compute
+                # its own calls before they are announced.
                 return sample
 
             records = engine.run(sample_arm)
@@ -365,6 +365,15 @@ class KernelAudit:
             slot.worker.call("release", timeout=self.timeout)
         self.outcome.timing["rounds_planned"] = protocol.rounds
         return measured
+
+    def _freeze_idle(self, slots: list[_Slot]) -> None:
+        """Freeze every arm's worker that waits for its next sample (where the audit freezes at
+        all): none runs while another arm has the inputs revealed."""
+        if not self.freeze:
+            return
+        for slot in slots:
+            if not slot.worker.frozen:
+                slot.worker.freeze()
 
     def renew(self, slots: list[_Slot], everyone: list[Worker]) -> list[Worker]:
         """A new worker generation: fresh processes for the baseline, the A/A control and the
@@ -431,12 +440,20 @@ class KernelAudit:
         """Every output read when the candidate said its call was done must be where, and what, the
         frozen worker holds now: a call reported done before it was computed shows here."""
         assert self.candidate is not None
+        # What each snapshot must have covered: the whole output, as the worker describes it once
+        # the sample is over (every call of a sample has call 0's layout, or the sample fails).
+        elsize = torch.empty((), dtype=self.spec.torch_dtype).element_size()
+        lengths = [layout_bytes(item, elsize) for item in sample.meta or []]
+        dense = [max(1, math.prod(shape)) * elsize for shape in suite.output_shapes(self.spec)]
         for call, taken in sorted(sample.snapshots.items()):
             described = sample.pointers[call] if call < len(sample.pointers) else []
             addresses = [address for address, _ in taken if address]
             problem = None
-            if not addresses or addresses != described[: len(addresses)]:
+            if not addresses or len(addresses) != len(taken) or addresses != described[: len(addresses)]:
                 problem = "its outputs were not where the worker later said they are"
+            elif len(taken) != len(lengths) or any(len(data) != length or length < least
+                                                   for (_, data), length, least in zip(taken, lengths, dense)):
+                problem = "what it reported done did not cover its whole outputs"
             else:
                 for address, data in taken:
                     try:

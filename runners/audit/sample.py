@@ -168,7 +168,7 @@ def _fence_for(worker: Worker, spare: Sequence[int]) -> CoreFence | None:
 
 
 def _step(worker: Worker, inputs: SharedInputs, slots: Sequence[int], *, base: int, done: DoneRecord,
-          snapshot: Collection[int], outputs: int, max_span: int, op: str, deadline: float, timeout: float,
+          snapshot: Collection[int], spans: Sequence[tuple[int, int]], op: str, deadline: float, timeout: float,
           discount: bool, fence: CoreFence | None = None) -> _Steps:
     """Reveal call i's values, announce it, wait for the worker to say it is done; read the outputs
     of the calls in `snapshot` (drawn secretly by the caller) at that moment, before the next call's
@@ -178,15 +178,15 @@ def _step(worker: Worker, inputs: SharedInputs, slots: Sequence[int], *, base: i
     outputs it later reports."""
     steps = _Steps()
     try:
-        _step_calls(steps, worker, inputs, slots, base=base, done=done, snapshot=snapshot, outputs=outputs,
-                    max_span=max_span, op=op, deadline=deadline, timeout=timeout, discount=discount, fence=fence)
+        _step_calls(steps, worker, inputs, slots, base=base, done=done, snapshot=snapshot,
+                    spans=spans, op=op, deadline=deadline, timeout=timeout, discount=discount, fence=fence)
     except DoneRecordBroken as exc:
         steps.problem = f"{exc}: its calls cannot be followed"
     return steps
 
 
 def _step_calls(steps: _Steps, worker: Worker, inputs: SharedInputs, slots: Sequence[int], *, base: int, done: DoneRecord,
-                snapshot: Collection[int], outputs: int, max_span: int, op: str, deadline: float, timeout: float,
+                snapshot: Collection[int], spans: Sequence[tuple[int, int]], op: str, deadline: float, timeout: float,
                 discount: bool, fence: CoreFence | None = None) -> None:
     clock = time.perf_counter_ns
     seen = 0
@@ -230,9 +230,13 @@ def _step_calls(steps: _Steps, worker: Worker, inputs: SharedInputs, slots: Sequ
             # the worker next runs, which may fall after `waited` was read. Never discounted.
             steps.wait_ns += max(0, (worker.runqueue_wait_ns() or 0) - waited - held)
         if index in snapshot:
+            # The record's byte counts are the worker's word: a count below the whole output's
+            # would make the snapshot a check of the few bytes the worker chose. Such a record
+            # gets no snapshot, which fails the sample; the exact count is checked again against
+            # the layout the worker later describes (KernelAudit._snapshots_hold).
             taken = []
-            for address, span in done.outputs()[:outputs]:
-                data = worker.peek_scattered(address, span) if address and 0 < span <= max_span else b""
+            for (address, span), (least, most) in zip(done.outputs(), spans):
+                data = worker.peek_scattered(address, span) if address and least <= span <= most else b""
                 taken.append((address, data))
             steps.snapshots[index] = taken
 
@@ -275,7 +279,8 @@ def timed_sample(
         request["step_base"] = base = inputs.reserve(len(slots))
         shapes = suite.output_shapes(inputs.spec)
         elsize = torch.empty((), dtype=inputs.spec.torch_dtype).element_size()
-        max_span = 4 * max(math.prod(shape) for shape in shapes) * elsize if shapes else 0
+        # Each output's bytes: at least a dense tensor of its shape, at most four times that.
+        spans = [(max(1, math.prod(shape)) * elsize, 4 * max(1, math.prod(shape)) * elsize) for shape in shapes]
         held = _fence_for(worker, spare) if fence else None  # before the parent pins itself: the sandbox's cores derive from its mask
         pinned = os.sched_getaffinity(0)
         os.sched_setaffinity(0, spare)  # the parent spins too: never on a core it measures
@@ -283,7 +288,7 @@ def timed_sample(
             deadline = time.monotonic() + timeout
             sent = worker.send("run", slots=list(slots), **request)
             steps = _step(worker, inputs, slots, base=base, done=done, snapshot=set(snapshot),
-                          outputs=len(shapes), max_span=max_span, op="run", deadline=deadline, timeout=timeout,
+                          spans=spans, op="run", deadline=deadline, timeout=timeout,
                           discount=discount_preemption, fence=held)
             reply = worker.receive("run", sent_ns=sent, deadline=deadline, timeout=timeout)
         finally:
@@ -351,6 +356,14 @@ def timed_sample(
     )
 
 
+def layout_bytes(item: dict[str, Any], elsize: int) -> int:
+    """The bytes an output described by `item` (its shape and strides) spans, first element to last."""
+    shape, strides = item.get("shape") or [], item.get("strides") or []
+    if not all(shape):
+        return 0
+    return (sum((int(d) - 1) * int(s) for d, s in zip(shape, strides)) + 1) * elsize
+
+
 def read_outputs(worker: Worker, spec: WorkloadSpec, sample: Sample, call: int) -> list[torch.Tensor] | None:
     """Call `call`'s outputs, read from the frozen worker's memory with the layout of call 0 (every
     call's was checked to match it). None when the description is unusable."""
@@ -378,9 +391,6 @@ def overlaps(sample: Sample, meta: Sequence[dict[str, Any]] | None, spec: Worklo
     if not meta:
         return False
     elsize = torch.empty((), dtype=spec.torch_dtype).element_size()
-    lengths = []
-    for item in meta:
-        shape, strides = item.get("shape") or [], item.get("strides") or []
-        lengths.append((sum((int(d) - 1) * int(s) for d, s in zip(shape, strides)) + 1) * elsize if all(shape) else 0)
+    lengths = [layout_bytes(item, elsize) for item in meta]
     low, high = region
     return any(p < high and low < p + n for row in sample.pointers for p, n in zip(row, lengths))

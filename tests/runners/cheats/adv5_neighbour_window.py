@@ -3,11 +3,13 @@ timer signal in the worker's own main thread (no thread or process is left for t
 find) fires after the harness's settling check, and the handler streams through memory on the
 shared cores for 2 ms, inside the next arm's window (the baseline's, in most rounds). On a
 small sample its CPU is also hidden work; on a large one it fits that allowance, and the round
-engine's figure of CPU spent while other arms were measured is what catches it."""
+engine's figure of CPU spent while other arms were measured caught it. Every arm is now frozen
+from the end of its sample to its next request: the timer expires while the worker is frozen and
+the handler runs when the next request thaws it, inside the candidate's own windows."""
 # workload: rmsnorm
-# verdict: rejected
-# expect: integrity.background_cpu
-# if-missed: on a loaded box (two busy loops on the VM's two cores) its 2 ms land outside the other arms' windows in most rounds (0 ms of its CPU while others were measured) and it is accepted at 0.89-1.06x with intervals of about [0.5, 1.6]: no gain proven, nothing billed
+# verdict: no-gain
+# expect-any: integrity.background_cpu | timing.clock_mismatch
+# today: accepted at 0.71-0.73x, CI high 0.73-0.78 (2026-12-05, arms frozen between samples)
 import signal
 import time
 

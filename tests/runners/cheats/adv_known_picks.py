@@ -9,6 +9,10 @@ Correctness-check samples (slot pairs holding equal values) and the caching prob
 honestly. The two calls drawn at random per round then land on uncomputed outputs.
 (Skipping only k of n calls per round escapes detection with probability ~(1 - 2k/n)^rounds:
 for k=1 of 86 rmsnorm calls over 16 rounds that is ~0.47; see the report.)
+
+A check sample is told apart by its values, not by its length (a loaded box calibrates timed
+samples down to a check's few calls, and a length test then served every sample honestly): a
+check's second call repeats its first call's values, a timed sample's never does.
 """
 # workload: softmax
 # verdict: rejected
@@ -19,7 +23,7 @@ import torch
 from runners.audit import worker as _w
 
 _original_run = _w.KernelWorker.op_run
-_st = {"skip": False}
+_st = {"probe": False, "calls": 0, "first": None, "skip": False}
 
 
 def _odd(x):
@@ -29,6 +33,14 @@ def _odd(x):
 
 
 def kernel(x):
+    calls = _st["calls"]
+    _st["calls"] = calls + 1
+    if not _st["probe"]:
+        if calls == 0:
+            _st["first"] = x.clone()
+        elif calls == 1:
+            # A check repeats its first call's values in its second; a timed sample never does.
+            _st["skip"] = not torch.equal(x, _st["first"])
     if _st["skip"] and not _odd(x):
         return torch.empty_like(x)
     return torch.softmax(x, dim=-1)
@@ -36,13 +48,12 @@ def kernel(x):
 
 def _run(self, header):
     slots = [int(s) for s in header["slots"]]
-    # Checks: 2 x distributions slots in equal pairs; probe identical: one slot repeated.
-    check = len(slots) <= 10 or len(set(slots)) == 1
-    _st["skip"] = not check
+    # The caching probe repeats one slot: served honestly.
+    _st.update(probe=len(set(slots)) == 1, calls=0, first=None, skip=False)
     try:
         return _original_run(self, header)
     finally:
-        _st["skip"] = False
+        _st.update(calls=0, first=None, skip=False)
 
 
 _w.KernelWorker.op_run = _run
