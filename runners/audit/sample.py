@@ -137,9 +137,16 @@ class CoreFence:
 
     def __init__(self, core: int, home: Sequence[int]) -> None:
         self.core, self.home = core, list(home)
-        self.held_ns = 0  # the last hold: arrival to departure
+        self.held_ns = 0  # the last hold: from before the move to the core to after the move back
 
     def enter(self) -> bool:
+        # The hold is timed from before the move to after the move back: the worker is preempted
+        # somewhere inside the first move and resumes somewhere inside the second, and the moves
+        # cost 35-50 us each on some VMs. Timed from arrival to departure only, that wait (about
+        # 30 us a call, 2026-12-05) was taken off as if others had caused it, and the discount sat
+        # at its cap of half the windows in nearly every sample: a fixed amount off every call,
+        # which inflates the ratio of a short call to a long one.
+        self._arrived = time.perf_counter_ns()
         try:
             os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
         except OSError:
@@ -149,17 +156,15 @@ class CoreFence:
         except OSError:
             os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
             return False
-        self._arrived = time.perf_counter_ns()
         return True
 
     def leave(self) -> None:
         """Back to the parent's own cores (moved while still real-time), then an ordinary thread."""
-        left = time.perf_counter_ns()
         try:
             os.sched_setaffinity(0, self.home)
         finally:
             os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-        self.held_ns = left - self._arrived
+            self.held_ns = time.perf_counter_ns() - self._arrived
 
 
 def _fence_for(worker: Worker, spare: Sequence[int]) -> CoreFence | None:
@@ -225,9 +230,10 @@ def _step_calls(steps: _Steps, worker: Worker, inputs: SharedInputs, slots: Sequ
         seen = clock()
         steps.window_ns += seen - announced
         steps.windows.append(seen - announced)
-        if discount:
+        if discount and index:
             # The worker waited while the parent held its core; the kernel books that wait when
             # the worker next runs, which may fall after `waited` was read. Never discounted.
+            # Call 0 bills nothing (see timed_sample), so its wait is not taken off either.
             steps.wait_ns += max(0, (worker.runqueue_wait_ns() or 0) - waited - held)
         if index in snapshot:
             # The record's byte counts are the worker's word: a count below the whole output's
@@ -318,14 +324,20 @@ def timed_sample(
         # allowance). The windows also hold the loop's own latency (noticing the announcement,
         # writing the done record), the same trusted code in every arm.
         reported = window
-        per_call = window / 1e9 / calls
+        # The time a call bills is the mean window of the calls after the first. Call 0's window
+        # also holds the worker's wake-up from its pipe and its reading of the request (0.4-1 ms
+        # on this VM against ~50 us for the calls after it), which is noise and which a
+        # candidate could shorten by reading the request after its last call; with only call 0's
+        # values revealed, nothing done in it can serve a later call but what a warm worker keeps.
+        billed, billed_calls = (window - steps.windows[0], calls - 1) if calls > 1 and len(steps.windows) == calls else (window, calls)
+        per_call = billed / 1e9 / billed_calls
         if discount_preemption and problem is None:
             # Waiting inside the calls' windows comes off, less every nanosecond of CPU the tree
             # spent outside its main thread: a thread can only have waited behind the
             # candidate's own threads or processes if they ran.
             others = max(0, cpu_run - (main_after - main_before))
-            preempted = max(0, min(steps.wait_ns - others, window // 2))
-            per_call = (window - preempted) / 1e9 / calls
+            preempted = max(0, min(steps.wait_ns - others, billed // 2))
+            per_call = (billed - preempted) / 1e9 / billed_calls
     pointers = header.get("pointers")
     if not isinstance(pointers, list) or len(pointers) != calls:
         problem = problem or "the worker did not say where every call's outputs are"

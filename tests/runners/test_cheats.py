@@ -130,3 +130,13 @@ def test_it_keeps_the_baseline_out_of_reach_of_a_sabotaging_candidate(session):
     assert document["verdict"] == "accepted", entry["reasons"]
     assert entry["baseline"]["median_s"] < 0.01
     assert entry["speedup"] < 3.0
+
+
+def test_a_samples_first_call_bills_nothing(session):
+    # 3 ms of waiting in each request's first call, against cpu-ci rmsnorm samples of a few ms:
+    # billed, it would read well under 0.7x; the calls after the first read as the baseline's.
+    source = (HERE / "honest" / "rmsnorm_slow_first_call.py").read_text()
+    document = audit_candidate("rmsnorm", source, profile="cpu-ci", seed=15, session=session)
+    entry = document["workloads"][0]
+    assert document["verdict"] == "accepted", entry["reasons"]
+    assert entry["ci95"][1] > 0.9, entry["ci95"]

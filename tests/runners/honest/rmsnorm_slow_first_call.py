@@ -1,0 +1,26 @@
+"""The baseline's rmsnorm, with 3 ms of waiting in the first call of every request (a cold start:
+a pool woken, a buffer mapped). What bills is the mean window of the calls after the first, so
+the wait costs this candidate nothing."""
+import time
+
+import torch.nn.functional as F
+
+from runners.audit import worker as _w
+
+_original_run = _w.KernelWorker.op_run
+_first = [False]
+
+
+def kernel(x, weight):
+    if _first[0]:
+        _first[0] = False
+        time.sleep(0.003)
+    return F.rms_norm(x, (x.shape[-1],), weight, eps=1e-6)
+
+
+def _run(self, header):
+    _first[0] = True
+    return _original_run(self, header)
+
+
+_w.KernelWorker.op_run = _run
