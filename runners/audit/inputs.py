@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import secrets
 import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
@@ -143,25 +144,30 @@ class SharedInputs:
         return tuple(t.clone() for t in self.layout.views(self._stage, slot))
 
     def fill(self, *, seed: int, slots: Sequence[int] | None = None, distribution: str = "normal") -> None:
-        """Fresh values for `slots` (all by default), each slot different, drawn from `seed`, in the
-        staging copy: no worker sees them before they are revealed."""
+        """Fresh values for `slots` (all by default), in the staging copy: no worker sees them
+        before they are revealed. Every slot draws from its own generator, seeded from `seed`, the
+        slot and 64 bits from the operating system's random source drawn for this fill: one call's
+        values say nothing about another's. (One stream for all slots made every later call of a
+        sample the continuation of call 0's generator, and rope's positions one run: a worker
+        that recovered the generator's state from call 0's values could compute the whole sample
+        before its calls were announced.)"""
         chosen = list(range(self.slots)) if slots is None else list(slots)
         if not chosen:
             return
         spec = self.spec
+        secret = secrets.randbits(64)
         for index, layout in enumerate(suite.input_layouts(spec)):
-            rows = layout.shape[0] if layout.shape else 1
-            shape = (rows * len(chosen), *layout.shape[1:]) if layout.shape else (len(chosen),)
-            values = suite.generate_tensor(
-                layout,
-                shape,
-                seed=suite.derive_seed(seed, spec.key, layout.seed_name, distribution),
-                dtype=spec.torch_dtype,
-                device=self.device,
-                distribution=distribution,
-            ).reshape(len(chosen), -1).cpu()
-            for row, slot in enumerate(chosen):
-                self.layout.views(self._stage, slot)[index].reshape(-1).copy_(values[row])
+            shape = tuple(layout.shape) if layout.shape else (1,)
+            for slot in chosen:
+                values = suite.generate_tensor(
+                    layout,
+                    shape,
+                    seed=suite.derive_seed(seed, spec.key, layout.seed_name, distribution, slot, secret),
+                    dtype=spec.torch_dtype,
+                    device=self.device,
+                    distribution=distribution,
+                ).reshape(-1).cpu()
+                self.layout.views(self._stage, slot)[index].reshape(-1).copy_(values)
 
     def copy_slot(self, source: int, target: int) -> None:
         for src, dst in zip(self.layout.views(self._stage, source), self.layout.views(self._stage, target)):

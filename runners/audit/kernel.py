@@ -752,7 +752,9 @@ def _judge_cpu(outcome: Outcome, summary: dict[str, Any], candidate: _Slot, trus
     cores = candidate.worker.sandbox.config.threads
     between = [(r["candidate"].cpu_round_ns - r["candidate"].cpu_run_ns
                 - sum(r[s.label].cpu_round_ns - r[s.label].cpu_run_ns for s in trusted) / len(trusted)) / 1e9 for r in rounds]
-    timed = [cores * r["candidate"].effective_ns / 1e9 for r in rounds]
+    # What the candidate's calls billed (stepped: the calls after the first, as billed), not its
+    # whole windows: an unbilled first call made long on purpose must not raise the allowance.
+    timed = [cores * r["candidate"].per_call_s * r["candidate"].calls for r in rounds]
     stepped = all(r[s.label].stepped for r in rounds for s in [candidate, *trusted])
     if stepped:
         harness = [sum(_outside_s(r[s.label], cores) for s in trusted) / len(trusted) for r in rounds]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -181,3 +182,24 @@ def test_inputs_are_drawn_on_the_audit_s_device_and_staged_on_the_host(tmp_path)
     inputs.fill(seed=1)
     assert inputs.device == "cpu" and all(t.device.type == "cpu" and t.abs().sum() > 0 for t in inputs.inputs(0))
     inputs.close()
+
+
+def test_no_slots_values_follow_from_another_slots_or_from_the_seed(tmp_path):
+    # Every slot draws from its own generator, with 64 secret bits per fill: the same seed twice
+    # gives other values, and rope's positions are drawn per slot (one stream over all slots made
+    # call k the continuation of call 0, and its positions call 0's plus k rows).
+    spec = suite.find_spec("cpu-ci", "rope")[0]
+    inputs = SharedInputs(str(tmp_path), spec, 4)
+    try:
+        inputs.fill(seed=1)
+        first = [tuple(t.clone() for t in inputs.inputs(slot)) for slot in range(4)]
+        inputs.fill(seed=1)
+        assert not any(torch.equal(first[slot][0], inputs.inputs(slot)[0]) for slot in range(4))
+        rows = first[0][2].shape[0]
+        angle = [torch.atan2(sin[:, 0].double(), cos[:, 0].double()) for _, _, cos, sin in first]
+        # Column 0 turns by one radian a position: slot 1's first row would sit `rows` radians
+        # after slot 0's first row (mod 2 pi) were the positions one run.
+        step = torch.remainder(angle[1][0] - angle[0][0] - rows, 2 * math.pi)
+        assert min(float(step), 2 * math.pi - float(step)) > 1e-3
+    finally:
+        inputs.close()
