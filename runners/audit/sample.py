@@ -137,15 +137,15 @@ class CoreFence:
 
     def __init__(self, core: int, home: Sequence[int]) -> None:
         self.core, self.home = core, list(home)
-        self.held_ns = 0  # the last hold: from before the move to the core to after the move back
+        self.held_ns = 0  # the last hold: from before the move onto the core to the start of the move back
 
     def enter(self) -> bool:
-        # The hold is timed from before the move to after the move back: the worker is preempted
-        # somewhere inside the first move and resumes somewhere inside the second, and the moves
-        # cost 35-50 us each on some VMs. Timed from arrival to departure only, that wait (about
-        # 30 us a call, 2026-12-05) was taken off as if others had caused it, and the discount sat
-        # at its cap of half the windows in nearly every sample: a fixed amount off every call,
-        # which inflates the ratio of a short call to a long one.
+        # The hold is timed from before the move onto the core: the worker is preempted somewhere
+        # inside that move (35-50 us on some VMs), before the call is announced, so its wait there
+        # lies outside every window and is never discounted. Timed from arrival only, that wait
+        # (about 30 us a call, 2026-12-05) was taken off as if others had caused it. The move back
+        # is not held: it comes after the announcement, inside the window, and the worker's wait
+        # for it is the harness's, the same in every arm, so it comes off.
         self._arrived = time.perf_counter_ns()
         try:
             os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
@@ -160,11 +160,12 @@ class CoreFence:
 
     def leave(self) -> None:
         """Back to the parent's own cores (moved while still real-time), then an ordinary thread."""
+        left = time.perf_counter_ns()
         try:
             os.sched_setaffinity(0, self.home)
         finally:
             os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-            self.held_ns = time.perf_counter_ns() - self._arrived
+        self.held_ns = left - self._arrived
 
 
 def _fence_for(worker: Worker, spare: Sequence[int]) -> CoreFence | None:
