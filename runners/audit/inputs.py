@@ -158,16 +158,19 @@ class SharedInputs:
         secret = secrets.randbits(64)
         for index, layout in enumerate(suite.input_layouts(spec)):
             shape = tuple(layout.shape) if layout.shape else (1,)
-            for slot in chosen:
-                values = suite.generate_tensor(
+            values = torch.stack([
+                suite.generate_tensor(
                     layout,
                     shape,
                     seed=suite.derive_seed(seed, spec.key, layout.seed_name, distribution, slot, secret),
                     dtype=spec.torch_dtype,
                     device=self.device,
                     distribution=distribution,
-                ).reshape(-1).cpu()
-                self.layout.views(self._stage, slot)[index].reshape(-1).copy_(values)
+                ).reshape(-1)
+                for slot in chosen
+            ]).cpu()  # one copy to the host per layout (a device draw)
+            for row, slot in enumerate(chosen):
+                self.layout.views(self._stage, slot)[index].reshape(-1).copy_(values[row])
 
     def copy_slot(self, source: int, target: int) -> None:
         for src, dst in zip(self.layout.views(self._stage, source), self.layout.views(self._stage, target)):

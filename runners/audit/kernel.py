@@ -20,7 +20,7 @@ from runners import checks, measure, stats, suite
 from runners.audit.inputs import SharedInputs, max_calls, slots_for
 from runners.audit.outcome import CHECK_PHASE_CHECKS, TIMING_CHECKS, Outcome
 from runners.audit.rounds import Interference, Round, interference_excess
-from runners.audit.sample import Sample, layout_bytes, overlaps, read_outputs, timed_sample
+from runners.audit.sample import Sample, dense_bytes, layout_bytes, overlaps, read_outputs, timed_sample
 from runners.audit.session import AuditSession, Binding, HarnessError
 from runners.measure import Protocol
 from runners.sandbox import SandboxError, Worker
@@ -444,7 +444,7 @@ class KernelAudit:
         # the sample is over (every call of a sample has call 0's layout, or the sample fails).
         elsize = torch.empty((), dtype=self.spec.torch_dtype).element_size()
         lengths = [layout_bytes(item, elsize) for item in sample.meta or []]
-        dense = [max(1, math.prod(shape)) * elsize for shape in suite.output_shapes(self.spec)]
+        dense = dense_bytes(self.spec)
         for call, taken in sorted(sample.snapshots.items()):
             described = sample.pointers[call] if call < len(sample.pointers) else []
             addresses = [address for address, _ in taken if address]

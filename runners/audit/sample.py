@@ -27,7 +27,7 @@ class Sample:
     calls: int
     per_call_s: float
     window_ns: int  # the parent's clock: request sent to reply received (stepped: the calls' windows, summed)
-    reported_ns: int  # the time that bills: the worker's timer over the calls; stepped: the parent's windows
+    reported_ns: int  # the worker's timer over the calls; stepped: the parent's windows over every call (per_call_s is what bills)
     clock_problem: str | None
     meta: list[dict[str, Any]] | None
     pointers: list[list[int]]
@@ -284,10 +284,8 @@ def timed_sample(
     if stepped:
         assert inputs is not None and done is not None
         request["step_base"] = base = inputs.reserve(len(slots))
-        shapes = suite.output_shapes(inputs.spec)
-        elsize = torch.empty((), dtype=inputs.spec.torch_dtype).element_size()
         # Each output's bytes: at least a dense tensor of its shape, at most four times that.
-        spans = [(max(1, math.prod(shape)) * elsize, 4 * max(1, math.prod(shape)) * elsize) for shape in shapes]
+        spans = [(dense, 4 * dense) for dense in dense_bytes(inputs.spec)]
         held = _fence_for(worker, spare) if fence else None  # before the parent pins itself: the sandbox's cores derive from its mask
         pinned = os.sched_getaffinity(0)
         os.sched_setaffinity(0, spare)  # the parent spins too: never on a core it measures
@@ -369,6 +367,12 @@ def timed_sample(
     )
 
 
+def dense_bytes(spec: WorkloadSpec) -> list[int]:
+    """The bytes of each output of `spec` stored densely: the least a snapshot of it may cover."""
+    elsize = torch.empty((), dtype=spec.torch_dtype).element_size()
+    return [max(1, math.prod(shape)) * elsize for shape in suite.output_shapes(spec)]
+
+
 def layout_bytes(item: dict[str, Any], elsize: int) -> int:
     """The bytes an output described by `item` (its shape and strides) spans, first element to last."""
     shape, strides = item.get("shape") or [], item.get("strides") or []
@@ -390,7 +394,7 @@ def read_outputs(worker: Worker, spec: WorkloadSpec, sample: Sample, call: int) 
         strides = [int(s) for s in item.get("strides", [])]
         if tuple(shape) != tuple(expected) or len(strides) != len(shape) or any(s < 0 for s in strides):
             return None
-        span = (sum((d - 1) * s for d, s in zip(shape, strides)) + 1) if all(shape) else 0
+        span = layout_bytes(item, elsize) // elsize
         if span > 4 * max(1, math.prod(shape)):  # a description that would make the parent read far beyond an output
             return None
         raw = worker.read_memory(int(pointer), span * elsize) if span else b""
