@@ -67,10 +67,12 @@ def test_it_rejects_each_cheat_with_its_reason_code(session, path, request):
     if "if-missed" in header and document["verdict"] == "accepted":
         # A cheat whose effect depends on where in time its work lands: on a loaded box the work can
         # land where it moves no figure (its own windows, the gaps between samples), and nothing is
-        # caught because nothing moved. Accepted, it must have proven no gain and bill nothing.
+        # caught because nothing moved. Accepted, it must have proven no gain and bill nothing: either
+        # its figure is not billable, or the bound that bills is no speedup (metering bills 1x for it).
         workload = document["workloads"][0]
-        assert workload["ci95"] is not None and workload["ci95"][0] <= 1.0 and workload["billable"] is False, \
-            (workload["ci95"], workload["billable"], workload["timing"].get("cpu_while_others_measured_s"))
+        bills = workload["billable_speedup"]
+        assert workload["ci95"] is not None and workload["ci95"][0] <= 1.0, (workload["ci95"], workload["timing"].get("cpu_while_others_measured_s"))
+        assert workload["billable"] is False or (bills is not None and bills <= 1.0), (workload["billable"], bills)
         return
     assert document["verdict"] == re.sub(r"^no-(billable-)?gain$", "rejected", header["verdict"]), (document["verdict"], document["workloads"][0]["reasons"])
     expected_all = {c.strip() for c in header.get("expect", "").split(",") if c.strip()}
