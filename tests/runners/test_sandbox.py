@@ -311,8 +311,9 @@ def test_it_runs_workers_under_an_unprivileged_kernel_uid(sandbox):
     assert int(caps, 16) == 0
 
 
-def test_it_refuses_ptrace_namespaces_and_inet6_by_seccomp(sandbox):
-    assert _probe(sandbox, "probe_seccomp.py") == {"ptrace": 1, "unshare": 1, "inet6": 1}
+def test_it_refuses_ptrace_namespaces_inet6_and_kernel_timers_by_seccomp(sandbox):
+    assert _probe(sandbox, "probe_seccomp.py") == {
+        "ptrace": 1, "unshare": 1, "inet6": 1, "timer_create": 1, "timerfd_create": 1, "setitimer": 1}
 
 
 @needs_cgroups

@@ -8,9 +8,9 @@ from the end of its sample to its next request: the timer expires while the work
 the handler runs when the next request thaws it, in the candidate's own first call (which bills
 nothing: the calls after it do)."""
 # workload: rmsnorm
-# verdict: no-billable-gain
-# expect-any: integrity.background_cpu | timing.clock_mismatch
-# today: accepted at 0.99-1.02x, CI low 0.88-0.91 (2026-12-05, arms frozen between samples, the first call unbilled; 0.71-0.73x while it was billed)
+# verdict: error
+# expect: sandbox.candidate_exception
+# today: accepted at 0.99-1.02x, CI low 0.88-0.91 (2026-12-05, arms frozen between samples, the first call unbilled; 0.71-0.73x while it was billed); since 2026-12-05 the seccomp filter refuses interval timers, so arming one raises
 import signal
 import time
 

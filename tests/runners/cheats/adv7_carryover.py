@@ -13,9 +13,9 @@ its next request, and the file is cleared before that request thaws it: the time
 its own sample and nothing of the round is left to read.
 """
 # workload: rope
-# verdict: no-billable-gain
-# expect-any: integrity.background_cpu | timing.clock_mismatch | timing.done_before_computed
-# today: accepted 1.04x [0.61, 1.68] (a noisy box, not billable) before arms stayed frozen; 0.99-1.01x, lower bounds 0.94-0.95, after (2026-12-05)
+# verdict: error
+# expect: sandbox.candidate_exception
+# today: accepted 1.04x [0.61, 1.68] (a noisy box, not billable) before arms stayed frozen; 0.99-1.01x, lower bounds 0.94-0.95, after (2026-12-05); since 2026-12-05 the seccomp filter refuses interval timers, so arming one raises
 
 import ctypes
 import signal
