@@ -149,6 +149,14 @@ def own_proc_for(device: str) -> list[str]:
     return ["/proc/self"] if device.startswith("cuda") else []
 
 
+def worker_plan(plan: dict[str, Any], role: str) -> dict[str, Any]:
+    """The sandbox plan as one worker applies it: a candidate takes the candidate uid where the
+    plan has one, so it shares no uid with the trusted workers it is measured against."""
+    if role == "candidate" and plan.get("uid") is not None and plan.get("candidate_uid") is not None:
+        return {**plan, "uid": int(plan["candidate_uid"]), "gid": int(plan["candidate_gid"])}
+    return plan
+
+
 def lock_down(config: dict[str, Any], scratch: str) -> None:
     """Everything between the fork and the first request, in an order where each step still has
     the rights it needs: limits, then the uid drop, then Landlock, then seccomp (which refuses

@@ -3,6 +3,7 @@ cgroup per worker, and the Worker handle (calls, CPU of the whole tree, freezing
 
 from __future__ import annotations
 
+import grp
 import json
 import os
 import pwd
@@ -453,6 +454,15 @@ class Sandbox:
         unreadable = [] if plan["bubblewrap"] else [p for p in _needed_files() if not _readable_by_others(p)]
         if user is not None and user.pw_uid != 0 and not unreadable:
             plan.update(user=user.pw_name, uid=user.pw_uid, gid=user.pw_gid)
+            # Candidates run as a uid of their own: the kernel lets a process renice, reschedule
+            # (SCHED_IDLE), re-limit (prlimit) or trace only processes of its own uid, so a
+            # candidate sharing the trusted workers' uid could demote the baseline it is measured
+            # against (a red team set the trusted workers to SCHED_IDLE, 2026-12-05).
+            spare = _spare_uid(user.pw_uid)
+            if spare is not None:
+                plan.update(candidate_uid=spare, candidate_gid=spare)
+            else:
+                plan["notes"].append(f"separate_uids: no unused uid below {user.pw_uid} for candidates; they share the trusted workers' uid")
         else:
             plan.update(user="root", drop_capabilities=True)
             why = f"no user {self.config.drop_to_user!r}" if user is None else f"the interpreter is not readable by {self.config.drop_to_user!r}: {', '.join(unreadable)}"
@@ -536,6 +546,7 @@ class Sandbox:
             except OSError:
                 found[key] = False
         found["unprivileged_uid"] = (plan["uid"] not in (None, 0)) or (os.geteuid() != 0)
+        found["separate_uids"] = plan.get("uid") not in (None, 0) and plan.get("candidate_uid") not in (None, 0, plan.get("uid"))
         found["seccomp"] = bool(plan["seccomp"])
         found["landlock_abi"] = int(plan["landlock_abi"])
         dirs = self._cgroups.dirs if self._cgroups is not None else {}
@@ -617,6 +628,11 @@ class Sandbox:
         problems = []
         if self._info["protections"]["unprivileged_uid"] and (not uids or 0 in uids):
             problems.append(f"runs with uids {uids}")
+        info = self._info
+        if info.get("uid") is not None and info.get("candidate_uid") is not None:
+            expected = info["candidate_uid"] if worker.role == "candidate" else info["uid"]
+            if uids and set(uids) != {expected}:
+                problems.append(f"runs with uids {uids}, not the {worker.role} uid {expected}")
         if self._info["protections"]["seccomp"] and status_field(worker.pid, "Seccomp") != ["2"]:
             problems.append("has no seccomp filter")
         if status_field(worker.pid, "NoNewPrivs") != ["1"]:
@@ -689,6 +705,20 @@ def _readable_by_others(path: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def _spare_uid(trusted: int) -> int | None:
+    """An unprivileged uid no account uses, just below the trusted workers' (nobody's 65534:
+    65533), for candidate workers."""
+    for uid in range(trusted - 1, max(trusted - 64, 1000), -1):
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            try:
+                grp.getgrgid(uid)
+            except KeyError:
+                return uid
+    return None
 
 
 def _remove_stale_roots() -> None:

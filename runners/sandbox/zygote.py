@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import torch
 
 from runners.sandbox.environment import home_environment
-from runners.sandbox.lockdown import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, lock_down, prctl
+from runners.sandbox.lockdown import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, lock_down, prctl, worker_plan
 from runners.sandbox.procfs import descendants, process_table
 from runners.sandbox.wire import WorkerFault, recv_message, send_message
 
@@ -59,7 +59,7 @@ def zygote_main(control_fd: int, config_json: str) -> None:
             elif op == "spawn":
                 serial += 1
                 scratch = os.path.join(config["root"], f"{message['role']}-{serial}")
-                pid, parent_end = _fork_worker(config, scratch, control)
+                pid, parent_end = _fork_worker(config, scratch, control, str(message["role"]))
                 workers[pid] = scratch
                 reply.update(pid=pid, scratch=scratch)
                 socket.send_fds(control, [json.dumps(reply).encode()], [parent_end.fileno()])
@@ -83,7 +83,8 @@ def zygote_main(control_fd: int, config_json: str) -> None:
         control.send(json.dumps(reply).encode())
 
 
-def _fork_worker(config: dict[str, Any], scratch: str, control: socket.socket) -> tuple[int, socket.socket]:
+def _fork_worker(config: dict[str, Any], scratch: str, control: socket.socket, role: str) -> tuple[int, socket.socket]:
+    config = {**config, "plan": worker_plan(config["plan"], role)}
     plan = config["plan"]
     os.makedirs(scratch, mode=0o700)
     for sub in ("tmp", "cache", "triton", "inductor"):

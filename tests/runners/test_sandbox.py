@@ -20,6 +20,7 @@ import pytest
 
 from runners.sandbox import ENV_PASSTHROUGH, MALLOC_ENVIRONMENT, REPO_ROOT, Sandbox, SandboxConfig, SandboxError, WorkerFault, landlock_abi, process_cpu_ns, sandbox_environment
 from runners.sandbox import cgroups
+from runners.sandbox.procfs import status_field
 
 CHEATS = Path(__file__).resolve().parent / "cheats"
 SECRETS = {
@@ -128,7 +129,7 @@ def test_it_reports_every_protection_and_is_complete_here(sandbox):
     protections = info["protections"]
     assert set(protections) == {
         "bubblewrap", "pid_namespace", "net_namespace", "mount_namespace", "ipc_namespace", "user_namespace",
-        "unprivileged_uid", "seccomp", "landlock_abi", "cgroup_cpu", "cgroup_cpuset", "cgroup_freezer",
+        "unprivileged_uid", "separate_uids", "seccomp", "landlock_abi", "cgroup_cpu", "cgroup_cpuset", "cgroup_freezer",
         "cgroup_memory", "cgroup_pids",
     }
     assert info["accounts_tree"] is True
@@ -307,8 +308,25 @@ def test_it_runs_workers_under_an_unprivileged_kernel_uid(sandbox):
         caps = re.search(r"^CapBnd:\s+(\w+)$", status, re.M).group(1)
     finally:
         worker.close()
-    assert uids == ["65534"] * 4 if os.geteuid() == 0 else "0" not in uids
+    # As root the sandbox drops to nobody (65534) for trusted workers and to a uid of their own for
+    # candidates (65533 where no account holds it).
+    assert uids == ["65533"] * 4 if os.geteuid() == 0 else "0" not in uids
     assert int(caps, 16) == 0
+
+
+def test_a_candidate_cannot_renice_reschedule_relimit_or_signal_the_trusted_workers(sandbox):
+    baseline = sandbox.spawn("baseline")
+    try:
+        report = _probe(sandbox, "probe_other_workers.py")
+        trusted_uid = int(status_field(baseline.pid, "Uid")[0])
+        assert trusted_uid != 0 and report["me"] not in (0, trusted_uid)
+        # It sees the baseline worker (its uid is the trusted one) and can touch none of it.
+        assert trusted_uid in {process["uid"] for process in report["seen"]}, report
+        assert report["allowed"] == {"setpriority": [], "sched_setscheduler": [], "prlimit": [], "kill": []}, report
+        assert baseline.call("ping", timeout=10.0) is not None
+        assert int(Path(f"/proc/{baseline.pid}/stat").read_text().rsplit(")", 1)[1].split()[16]) == 0  # nice unchanged
+    finally:
+        baseline.close()
 
 
 def test_it_refuses_ptrace_namespaces_inet6_and_kernel_timers_by_seccomp(sandbox):
