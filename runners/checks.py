@@ -37,6 +37,7 @@ REASON_CODES: dict[str, str] = {
     "timing.clock_mismatch": "the child's reported timing disagrees with the parent's clock or CPU accounting",
     "timing.caching_suspected": "identical inputs run much faster than distinct ones",
     "timing.done_before_computed": "a timed call was reported done before its outputs were computed (read at that moment, they differ from what the worker later held)",
+    "timing.snapshot_stalled": "reads of outputs reported done had to wait on the candidate, which chose when they went through",
     "timing.below_physical_floor": "faster than the device's bandwidth and FLOP/s allow",
     "sandbox.timeout": "the candidate did not answer within its time limit",
     "sandbox.crash": "the candidate process died from a signal",

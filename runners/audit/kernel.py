@@ -37,6 +37,8 @@ REFERENCE_POINTS: dict[str, str] = {
 }
 
 _CHALLENGE = secrets.SystemRandom()
+SNAPSHOT_STALLS_FAIL = 3  # stalled snapshot reads that fail an audit, when also over this share of its reads:
+SNAPSHOT_STALL_SHARE = 0.1
 MIN_JUDGED_ROUNDS = 5  # the hidden-work figure is judged from this many measured rounds on  # which calls are verified: nothing a worker sees predicts it
 
 
@@ -84,6 +86,7 @@ class KernelAudit:
         self.inputs: SharedInputs | None = None
         self.calls = 1
         self.timeout = protocol.call_timeout_floor_s
+        self.snapshot_reads = self.snapshot_stalls = 0
 
     # ---------------------------------------------------------------- the audit as a whole
 
@@ -410,6 +413,7 @@ class KernelAudit:
             self.outcome.fail(problems)
             return
         picks = sorted({special, *sample.snapshots, *_CHALLENGE.sample(range(sample.calls), self._challenge_count(sample.calls))})
+        self.outcome.fail(self._snapshots_stalled(sample, where))
         self.outcome.fail(self._snapshots_hold(sample, where))
         self.outcome.fail(self._mutations(self.candidate, sample, picks, where))
         outputs = self._outputs(self.candidate, sample, picks, where)
@@ -435,6 +439,20 @@ class KernelAudit:
 
     def _challenge_count(self, calls: int) -> int:
         return min(calls, max(self.protocol.verify_per_round, min(16, math.ceil(self.protocol.verify_share * calls))))
+
+    def _snapshots_stalled(self, sample: Sample, where: str) -> list[Reason]:
+        """A snapshot read that had to wait on the worker proves nothing about the moment the call
+        was reported done: the worker chose when the read went through. An uncontended read never
+        waits; a worker that defers its calls past "done" must stall every snapshot (any one read
+        on time catches it), so a share of stalled reads fails the audit and a stray one does not."""
+        self.snapshot_reads += len(sample.snapshots)
+        self.snapshot_stalls += sample.snapshot_stalls
+        self.outcome.timing.update(snapshot_reads=self.snapshot_reads, snapshot_stalls=self.snapshot_stalls)
+        if self.snapshot_stalls < SNAPSHOT_STALLS_FAIL or self.snapshot_stalls <= SNAPSHOT_STALL_SHARE * self.snapshot_reads:
+            return []
+        return [Reason("timing.snapshot_stalled",
+                       f"{where}: {self.snapshot_stalls} of {self.snapshot_reads} reads of outputs reported done had to wait on the "
+                       "worker (its memory-map lock held), so they could not show what it held when it said done")]
 
     def _snapshots_hold(self, sample: Sample, where: str) -> list[Reason]:
         """Every output read when the candidate said its call was done must be where, and what, the

@@ -39,6 +39,7 @@ CHECK_OF_CODE: dict[str, str] = {
     "timing.caching_suspected": "no_caching",
     "timing.below_physical_floor": "above_physical_floor",
     "timing.done_before_computed": "calls_one_at_a_time",
+    "timing.snapshot_stalled": "calls_one_at_a_time",
 }
 CHECK_PHASE_CHECKS = (
     "reference_match", "finite", "not_all_zero", "output_type", "output_shape", "output_dtype",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import resource
 import time
 from dataclasses import dataclass, field
 from typing import Any, Collection, Sequence
@@ -42,6 +43,7 @@ class Sample:
     stepped: bool = False  # calls revealed one at a time (CPU with a core to spare for the parent)
     fenced: bool = False  # stepped, and every call's values copied while the parent held the worker's core
     snapshots: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)  # call -> (address, bytes) read when it said done
+    snapshot_stalls: int = 0  # of those reads, how many waited on the worker (its memory-map lock)
     request_ns: int = 0  # the parent's clock, request sent to reply received
     gaps_ns: int = 0  # stepped: between a call seen done and the next announced (the parent's copies and snapshots)
     call_windows: list[int] = field(default_factory=list)  # stepped: each call's window on the parent's clock
@@ -115,6 +117,7 @@ class _Steps:
         self.snapshots: dict[int, list[tuple[int, bytes]]] = {}
         self.gaps_ns = 0
         self.fenced = False  # every call's values copied while the parent held the worker's core
+        self.stalls = 0  # snapshot reads during which the parent's thread blocked (see _step_calls)
         self.problem: str | None = None
 
 
@@ -241,11 +244,18 @@ def _step_calls(steps: _Steps, worker: Worker, inputs: SharedInputs, slots: Sequ
             # would make the snapshot a check of the few bytes the worker chose. Such a record
             # gets no snapshot, which fails the sample; the exact count is checked again against
             # the layout the worker later describes (KernelAudit._snapshots_hold).
+            # A read of another process's memory takes its memory-map lock; a worker can hold that
+            # lock for writing (a second thread in a long mprotect) so the read waits until the
+            # output it reported done is finished. An uncontended read never blocks: the parent's
+            # thread going to sleep during it (a voluntary context switch) marks the snapshot stalled.
+            blocked = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
             taken = []
             for (address, span), (least, most) in zip(done.outputs(), spans):
                 data = worker.peek_scattered(address, span) if address and least <= span <= most else b""
                 taken.append((address, data))
             steps.snapshots[index] = taken
+            if resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw != blocked:
+                steps.stalls += 1
 
 
 def timed_sample(
@@ -361,6 +371,7 @@ def timed_sample(
         stepped=stepped,
         fenced=steps.fenced if steps is not None else False,
         snapshots=steps.snapshots if steps is not None else {},
+        snapshot_stalls=steps.stalls if steps is not None else 0,
         request_ns=reply.received_ns - reply.sent_ns,
         gaps_ns=steps.gaps_ns if steps is not None else 0,
         call_windows=steps.windows if steps is not None else [],
