@@ -101,6 +101,11 @@ class Protocol:
     # worker is blocked). Workers share the measurement cores, so work there steals from, and
     # pollutes the caches of, the arm being measured.
     interference_abs_s: float = 0.0005
+    # Interrupts per ms on the measurement cores while the trusted workers ran, beyond those while
+    # the candidate ran (runners.audit.kernel._judge_interrupts): on a VM each is an exit to the
+    # hypervisor of 10-20 us, so 0.5 per ms slows an arm by 0.5-1%. Honest candidates on the
+    # development VM: -0.08 to 0.08 (the 95% bounds); a storm of sleeping threads: 1.1-1.9 and up.
+    interrupt_excess_per_ms: float = 0.5
     # Measured beside a whole-model audit's arms (runners.modelaudit.REFERENCE_POINTS): what a
     # customer gets for free. Off on cpu-ci, where compiling the tiny test models costs ~45 s a run.
     model_reference_points: tuple[str, ...] = ()

@@ -117,7 +117,7 @@ class SharedInputs:
         self._stage = torch.zeros(self.layout.nbytes, dtype=torch.uint8)
         self._shared_view = memoryview(self._mapping)
         self._stage_view = memoryview(self._stage.numpy())
-        self._counter = 0
+        self._reserved: list[tuple[int, int]] = []  # every sample's announced numbers: never reused
         self._revealed: set[int] = set(range(self.layout.slots))  # slots the file may hold values of
         # (start, end) byte ranges of every slot's inputs, for reveal.
         elsize = torch.empty((), dtype=spec.torch_dtype).element_size()
@@ -198,9 +198,17 @@ class SharedInputs:
         self._revealed.clear()
 
     def reserve(self, count: int) -> int:
-        """Reveal numbers for a sample of `count` calls: call i is announced as base + i + 1."""
-        base = self._counter
-        self._counter += count
+        """Reveal numbers for a sample of `count` calls: call i is announced as base + i + 1.
+
+        The base is drawn at random for every sample. Counted on from one counter every arm
+        shared, the jump between two of a worker's samples told it how many calls the other arms
+        had been given in between, so where it stood in the round's secret order (first, or just
+        before the baseline) and whom a storm left behind would hit."""
+        while True:
+            base = secrets.randbits(62)
+            if all(base + count < start or base > end for start, end in self._reserved):
+                break
+        self._reserved.append((base, base + count))
         return base
 
     def announce(self, number: int) -> None:

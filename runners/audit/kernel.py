@@ -709,6 +709,7 @@ def judge_timing(outcome: Outcome, slots: list[_Slot], rounds: list[dict[str, Sa
         if not device.startswith("cuda") and all(r[s.label].stepped or r[s.label].cpu_timed_ns is not None for r in rounds for s in trusted):
             _judge_cpu(outcome, summary, candidate, trusted, rounds, protocol, seed=seed, checked=not problems and judge_hidden)
         _judge_interference(outcome, summary, trusted, rounds, protocol, checked=judge_hidden)
+        _judge_interrupts(outcome, summary, trusted, rounds, protocol, seed=seed, checked=judge_hidden)
     stepped = bool(candidate.samples) and all(s.stepped for s in candidate.samples)
     summary["calls_revealed_one_at_a_time"] = stepped
     # Each call's values copied while the parent held the worker's core (sample.CoreFence): no
@@ -737,6 +738,41 @@ def _judge_interference(outcome: Outcome, summary: dict[str, Any], trusted: list
             "integrity.background_cpu",
             f"the candidate's processes used {excess * 1e3:.2f} ms more CPU per round than trusted workers while other "
             f"arms were measured on the same cores ({protocol.interference_abs_s * 1e3:.2f} ms allowed)",
+        )])
+
+
+def _interrupt_rate(sample: Sample) -> float | None:
+    """Interrupts per millisecond on the measurement cores while the sample ran."""
+    if sample.interrupts is None or sample.request_ns <= 0:
+        return None
+    return sample.interrupts / (sample.request_ns / 1e6)
+
+
+def _judge_interrupts(outcome: Outcome, summary: dict[str, Any], trusted: list[_Slot], rounds: list[dict[str, Sample]],
+                      protocol: Protocol, *, seed: int, checked: bool) -> None:
+    """Interrupts on the measurement cores while each arm ran, per millisecond: the trusted arms'
+    beyond the candidate's own. Work the candidate leaves to the kernel (timers it armed, sleeps
+    it started in threads that the freezer stops with their timeouts still armed, I/O it
+    submitted) fires on the core every arm shares, whoever is being measured, and none of it is
+    CPU of the candidate's tree or a run-queue wait. Aimed at the other arms' windows it slows the
+    baseline: a red team's storm of POSIX timers billed 1.09-1.42x (lower bounds) on `cpu-ci`
+    rmsnorm computing what the baseline computes (2026-12-05, before the seccomp filter refused
+    timers). Judged on the lower bound of a bootstrap CI of the mean over rounds."""
+    rates = {label: [_interrupt_rate(r[label]) for r in rounds] for label in ("candidate", *(s.label for s in trusted))}
+    if not rounds or any(rate is None for values in rates.values() for rate in values):
+        return
+    summary["interrupts_per_ms"] = {label: stats.median(values) for label, values in sorted(rates.items())}
+    excess = [sum(rates[s.label][i] for s in trusted) / len(trusted) - rates["candidate"][i] for i in range(len(rounds))]
+    # The mean, not the median: interrupts aimed at the arm measured after the candidate miss the
+    # rounds in which it is measured last (a third of them with three arms).
+    est = stats.mean_ci(excess, seed=suite.derive_seed(seed, "interrupts") & 0xFFFFFFFF, **bootstrap_args(protocol))
+    summary["interrupts_per_ms_extra_in_trusted"] = [est.point, est.low, est.high]
+    if checked and len(rounds) >= MIN_JUDGED_ROUNDS and est.low > protocol.interrupt_excess_per_ms:
+        outcome.fail([Reason(
+            "integrity.interrupts_in_other_arms",
+            f"the measurement cores took {est.point:.2f} more interrupts per ms while the trusted workers were measured than "
+            f"while the candidate was ({summary['interrupts_per_ms']}; {protocol.interrupt_excess_per_ms:.2f} allowed): "
+            "work left to the kernel (timers, sleeping threads, I/O) landing in the other arms' windows",
         )])
 
 

@@ -17,6 +17,7 @@ import torch
 
 from runners.audit.inputs import DoneRecord, DoneRecordBroken, SharedInputs
 from runners.sandbox import Worker
+from runners.sandbox.procfs import core_interrupts
 from runners.suite import WorkloadSpec
 from runners import suite
 
@@ -44,6 +45,7 @@ class Sample:
     fenced: bool = False  # stepped, and every call's values copied while the parent held the worker's core
     snapshots: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)  # call -> (address, bytes) read when it said done
     snapshot_stalls: int = 0  # of those reads, how many waited on the worker (its memory-map lock)
+    interrupts: int | None = None  # on the measurement cores, request sent to reply received (procfs.core_interrupts)
     request_ns: int = 0  # the parent's clock, request sent to reply received
     gaps_ns: int = 0  # stepped: between a call seen done and the next announced (the parent's copies and snapshots)
     call_windows: list[int] = field(default_factory=list)  # stepped: each call's window on the parent's clock
@@ -289,6 +291,8 @@ def timed_sample(
     wait_before = worker.runqueue_wait_ns() if discount_preemption and not stepped else None
     main_before = worker.main_thread_cpu_ns() if discount_preemption and stepped else 0
     cpu_before = worker.cpu_ns()
+    cores = list(worker.sandbox.config.cpus)
+    interrupts_before = core_interrupts(cores)
     request = dict(fields or {})
     steps: _Steps | None = None
     if stepped:
@@ -310,6 +314,7 @@ def timed_sample(
             os.sched_setaffinity(0, pinned)
     else:
         reply = worker.call("run", timeout=timeout, slots=list(slots), **request)
+    interrupts_after = core_interrupts(cores)
     main_after = worker.main_thread_cpu_ns() if discount_preemption and stepped else 0
     if freeze:
         worker.freeze()
@@ -372,6 +377,7 @@ def timed_sample(
         fenced=steps.fenced if steps is not None else False,
         snapshots=steps.snapshots if steps is not None else {},
         snapshot_stalls=steps.stalls if steps is not None else 0,
+        interrupts=interrupts_after - interrupts_before if interrupts_before is not None and interrupts_after is not None else None,
         request_ns=reply.received_ns - reply.sent_ns,
         gaps_ns=steps.gaps_ns if steps is not None else 0,
         call_windows=steps.windows if steps is not None else [],

@@ -118,3 +118,38 @@ def host_pid(ns_pid: int, *, under: int) -> int | None:
         if nspids and int(nspids[-1]) == ns_pid:
             return pid
     return None
+
+
+# Interrupt sources counted per core by `core_interrupts`: devices (numbered lines), the local
+# timer (every hrtimer and the tick) and hypervisor callbacks. Not the inter-processor interrupts
+# (rescheduling, function calls, TLB shootdowns): the parent's own core moves cause those, once per
+# call in every arm alike.
+_COUNTED = {"LOC", "HYP", "NMI", "TRM", "THR", "DFR", "MCE", "SPU", "PMI"}
+
+
+def core_interrupts(cpus: list[int] | tuple[int, ...], text: str | None = None) -> int | None:
+    """Interrupts taken so far on `cpus` (/proc/interrupts), or None where that cannot be read."""
+    if text is None:
+        try:
+            with open("/proc/interrupts") as source:
+                text = source.read()
+        except OSError:
+            return None
+    lines = text.splitlines()
+    if not lines or not cpus:
+        return None
+    columns = {int(name[3:]): index for index, name in enumerate(lines[0].split()) if name.startswith("CPU") and name[3:].isdigit()}
+    if not all(cpu in columns for cpu in cpus):
+        return None
+    total = 0
+    for line in lines[1:]:
+        label, _, rest = line.partition(":")
+        label = label.strip()
+        if not (label.isdigit() or label in _COUNTED):
+            continue
+        fields = rest.split()
+        for cpu in cpus:
+            position = columns[cpu]
+            if position < len(fields) and fields[position].isdigit():
+                total += int(fields[position])
+    return total

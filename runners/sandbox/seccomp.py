@@ -30,10 +30,11 @@ _DENIED = (
     "clock_settime", "adjtimex", "clock_adjtime", "acct", "quotactl", "quotactl_fd",
     "name_to_handle_at", "open_by_handle_at",
     # Timers the kernel fires on its own. The parent freezes a worker's tree between its samples,
-    # and freezing interrupts every sleep a thread is in (its timeout goes with it), but a POSIX
-    # timer, an interval timer or a timerfd stays armed in a frozen process: each expiry is an
-    # interrupt on the core it was armed on, the measurement core every arm shares, landing in the
-    # windows of the arms measured after it. A measured kernel has no use for them.
+    # but a POSIX timer, an interval timer or a timerfd stays armed in a frozen process: each
+    # expiry is an interrupt on the core it was armed on, the measurement core every arm shares,
+    # landing in the windows of the arms measured after it. A measured kernel has no use for them.
+    # (So does a thread's sleep with a timeout, which the freezer stops in place with its timer
+    # armed: that is judged from the interrupts each arm's window takes, runners.audit.kernel.)
     "timer_create", "timer_settime", "timerfd_create", "timerfd_settime", "setitimer", "alarm",
 )  # fmt: skip
 

@@ -47,7 +47,12 @@ def test_it_keeps_drawn_values_out_of_the_workers_file_until_their_call_is_annou
         first = inputs.reserve(3)
         inputs.announce(first + 2)
         assert int.from_bytes(counter.numpy().tobytes(), "little") == first + 2
-        assert inputs.reserve(1) == first + 3  # numbers never repeat: an old "done" never matches a new call
+        # Numbers never repeat (an old "done" never matches a new call), and a sample's base says
+        # nothing of how many calls other workers were given before it: drawn at random.
+        bases = [inputs.reserve(4) for _ in range(200)]
+        spans = sorted([(first, first + 3), *((b, b + 4) for b in bases)])
+        assert all(end < start for (_, end), (start, _) in zip(spans, spans[1:]))
+        assert len({b - a for a, b in zip(bases, bases[1:])}) == len(bases) - 1
         inputs.hide()  # the next worker's sample: what this one saw is gone
         assert not views[1][0].any() and inputs.inputs(1)[0].any()  # cleared in the file, kept in staging
         del views, counter, base

@@ -62,3 +62,13 @@ def test_it_computes_medians_spreads_and_geomeans():
     assert (single.point, single.low, single.high) == (7.0, 7.0, 7.0)
     spread = stats.median_ci(list(np.arange(100.0)), seed=3)
     assert spread.low < 49.5 < spread.high
+
+
+def test_the_mean_ci_sees_an_excess_that_lands_in_only_some_rounds():
+    # Interrupts aimed at the arm after the candidate: 7 per ms in 11 of 30 rounds, none in the rest.
+    rounds = [7.0] * 11 + [0.0] * 19
+    assert stats.median_ci(rounds, seed=1).low == 0.0  # the median says nothing happened
+    mean = stats.mean_ci(rounds, seed=1)
+    assert mean.point == pytest.approx(77 / 30) and 1.0 < mean.low < mean.point < mean.high
+    with pytest.raises(ValueError, match="no values"):
+        stats.mean_ci([])
