@@ -34,6 +34,7 @@ REASON_CODES: dict[str, str] = {
     "integrity.commitment_mismatch": "outputs changed after timing stopped (lazy or deferred work)",
     "integrity.stray_process": "the candidate left processes running",
     "integrity.cpus_widened": "the candidate let itself run on cores outside the measurement cores",
+    "integrity.slows_next_arm": "the trusted arm measured right after the candidate ran slower than the one that was not",
     "integrity.interrupts_in_other_arms": "the measurement cores took more interrupts while the trusted workers ran than while the candidate did (timers, sleeping threads or I/O left to the kernel)",
     "timing.clock_mismatch": "the child's reported timing disagrees with the parent's clock or CPU accounting",
     "timing.caching_suspected": "identical inputs run much faster than distinct ones",

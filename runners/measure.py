@@ -106,6 +106,9 @@ class Protocol:
     # hypervisor of 10-20 us, so 0.5 per ms slows an arm by 0.5-1%. Honest candidates on the
     # development VM: -0.08 to 0.08 (the 95% bounds); a storm of sleeping threads: 1.1-1.9 and up.
     interrupt_excess_per_ms: float = 0.5
+    # How much slower the trusted arm measured right after the candidate may run than the one that
+    # is not, as the lower bound of its CI (runners.audit.rounds.next_arm_slowdown).
+    next_arm_tolerance: float = 0.03
     # Measured beside a whole-model audit's arms (runners.modelaudit.REFERENCE_POINTS): what a
     # customer gets for free. Off on cpu-ci, where compiling the tiny test models costs ~45 s a run.
     model_reference_points: tuple[str, ...] = ()

@@ -19,7 +19,7 @@ import torch
 from runners import checks, measure, stats, suite
 from runners.audit.inputs import SharedInputs, max_calls, slots_for
 from runners.audit.outcome import CHECK_PHASE_CHECKS, TIMING_CHECKS, Outcome
-from runners.audit.rounds import Interference, Round, interference_excess
+from runners.audit.rounds import Interference, Round, interference_excess, next_arm_slowdown
 from runners.audit.sample import Sample, dense_bytes, layout_bytes, overlaps, read_outputs, timed_sample
 from runners.audit.session import AuditSession, Binding, HarnessError
 from runners.measure import Protocol
@@ -349,6 +349,7 @@ class KernelAudit:
             records = engine.run(sample_arm)
             for label, record in records.items():
                 record.meanwhile_s = interference.per_round[label][-1]
+                record.order = tuple(engine.measured)
             widened = self.candidate.cpus_widened()
             if widened:
                 self.outcome.fail([Reason("integrity.cpus_widened", f"round {round_index + 1}: the candidate's threads may run on core(s) {widened}, outside the measurement cores {self.session.sandbox.config.cpus}")])
@@ -710,6 +711,7 @@ def judge_timing(outcome: Outcome, slots: list[_Slot], rounds: list[dict[str, Sa
             _judge_cpu(outcome, summary, candidate, trusted, rounds, protocol, seed=seed, checked=not problems and judge_hidden)
         _judge_interference(outcome, summary, trusted, rounds, protocol, checked=judge_hidden)
         _judge_interrupts(outcome, summary, trusted, rounds, protocol, seed=seed, checked=judge_hidden)
+        _judge_next_arm(outcome, summary, rounds, protocol, seed=seed, checked=judge_hidden)
     stepped = bool(candidate.samples) and all(s.stepped for s in candidate.samples)
     summary["calls_revealed_one_at_a_time"] = stepped
     # Each call's values copied while the parent held the worker's core (sample.CoreFence): no
@@ -773,6 +775,26 @@ def _judge_interrupts(outcome: Outcome, summary: dict[str, Any], trusted: list[_
             f"the measurement cores took {est.point:.2f} more interrupts per ms while the trusted workers were measured than "
             f"while the candidate was ({summary['interrupts_per_ms']}; {protocol.interrupt_excess_per_ms:.2f} allowed): "
             "work left to the kernel (timers, sleeping threads, I/O) landing in the other arms' windows",
+        )])
+
+
+def _judge_next_arm(outcome: Outcome, summary: dict[str, Any], rounds: list[dict[str, Sample]], protocol: Protocol, *,
+                    seed: int, checked: bool) -> None:
+    """The trusted arm measured right after the candidate must run as fast as the one that is not
+    (runners.audit.rounds.next_arm_slowdown): whatever the candidate leaves behind for the next
+    window, by a mechanism the other checks name or not, shows as that arm running slower."""
+    pairs = [(r["candidate"].order, {label: r[label].per_call_s for label in ("baseline", "baseline_aa") if label in r})
+             for r in rounds if "candidate" in r]
+    found = next_arm_slowdown(pairs, seed=suite.derive_seed(seed, "next-arm") & 0xFFFFFFFF, **bootstrap_args(protocol))
+    if found is None:
+        return
+    summary["next_arm_slowdown"] = list(found)
+    if checked and found[1] > 1.0 + protocol.next_arm_tolerance:
+        outcome.fail([Reason(
+            "integrity.slows_next_arm",
+            f"the trusted arm measured right after the candidate ran {found[0]:.3f}x as long as the one that was not "
+            f"(95% CI [{found[1]:.3f}, {found[2]:.3f}], {1 + protocol.next_arm_tolerance:.2f} allowed): the candidate leaves "
+            "something behind that slows the next window",
         )])
 
 

@@ -36,6 +36,7 @@ CHECK_OF_CODE: dict[str, str] = {
     "integrity.stray_process": "no_stray_processes",
     "integrity.cpus_widened": "pinned_cpus",
     "integrity.interrupts_in_other_arms": "no_background_cpu",
+    "integrity.slows_next_arm": "no_background_cpu",
     "timing.clock_mismatch": "clock_consistent",
     "timing.caching_suspected": "no_caching",
     "timing.below_physical_floor": "above_physical_floor",

@@ -57,14 +57,17 @@ class Round(Generic[A, R]):
     def __init__(self, arms: list[A], *, order: np.random.Generator, settle: Callable[[], object],
                  interference: Interference) -> None:
         self.arms, self.order, self.settle, self.interference = arms, order, settle, interference
+        self.measured: list[str] = []  # the last round's labels, in the order they were measured
 
     def run(self, sample: Callable[[A], R | None]) -> dict[str, R]:
         """`sample(arm)` for every arm in a secret order; the records by label (None: no record)."""
         self.interference.next_round()
         records: dict[str, R] = {}
+        self.measured = []
         for arm in [self.arms[int(position)] for position in self.order.permutation(len(self.arms))]:
             if arm not in self.arms:
                 continue
+            self.measured.append(arm.label)
             self.settle()
             others = [other for other in self.arms if other is not arm]
             before = [other.worker.cpu_ns() for other in others]
@@ -75,6 +78,37 @@ class Round(Generic[A, R]):
                 if other in self.arms:
                     self.interference.add(other.label, (other.worker.cpu_ns() - start) / 1e9)
         return records
+
+
+def next_arm_slowdown(rounds: Sequence[tuple[Sequence[str], dict[str, float]]], *, resamples: int, confidence: float,
+                      seed: int) -> tuple[float, float, float] | None:
+    """How much slower a trusted arm runs when it is measured right after the candidate, from the
+    rounds' orders and the two trusted arms' times: the per-round log ratio baseline/A-A in rounds
+    where the baseline came right after the candidate, against rounds where the A/A control did.
+    Both are the same code, so what differs between the two groups is the neighbour; the
+    difference is twice the slowdown of the arm that follows (per arm: its square root). Catches
+    whatever a candidate leaves behind for the next window (interrupts, a cold or dirty cache,
+    anything not yet imagined). None with fewer than 3 rounds in either group."""
+    after_baseline, after_aa = [], []
+    for order, times in rounds:
+        if "candidate" not in order or times.get("baseline", 0) <= 0 or times.get("baseline_aa", 0) <= 0:
+            continue
+        position = list(order).index("candidate")
+        follower = order[position + 1] if position + 1 < len(order) else None
+        value = float(np.log(times["baseline"] / times["baseline_aa"]))
+        if follower == "baseline":
+            after_baseline.append(value)
+        elif follower == "baseline_aa":
+            after_aa.append(value)
+    if len(after_baseline) < 3 or len(after_aa) < 3:
+        return None
+    b, a = np.asarray(after_baseline), np.asarray(after_aa)
+    rng = np.random.default_rng(seed)
+    boot = (b[rng.integers(0, b.size, size=(resamples, b.size))].mean(axis=1)
+            - a[rng.integers(0, a.size, size=(resamples, a.size))].mean(axis=1))
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(boot, [alpha, 1.0 - alpha])
+    return float(np.exp((b.mean() - a.mean()) / 2)), float(np.exp(low / 2)), float(np.exp(high / 2))
 
 
 def interference_excess(during: Sequence[float], trusted: Sequence[Sequence[float]]) -> float | None:

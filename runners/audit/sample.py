@@ -50,6 +50,7 @@ class Sample:
     gaps_ns: int = 0  # stepped: between a call seen done and the next announced (the parent's copies and snapshots)
     call_windows: list[int] = field(default_factory=list)  # stepped: each call's window on the parent's clock
     meanwhile_s: float = 0.0  # CPU of the tree while other arms of the round were measured (runners.audit.rounds)
+    order: tuple[str, ...] = ()  # the round's arms in the order they were measured
 
     @property
     def unaccounted_s(self) -> float:

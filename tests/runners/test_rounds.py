@@ -10,7 +10,7 @@ import pytest
 
 from runners.audit.kernel import _judge_interference, _Slot
 from runners.audit.outcome import Outcome
-from runners.audit.rounds import Interference, Round, interference_excess
+from runners.audit.rounds import Interference, Round, interference_excess, next_arm_slowdown
 from runners.audit.sample import Sample
 from runners.measure import protocol_for
 from runners.suite import profile_specs
@@ -102,3 +102,29 @@ def test_cpu_spent_in_other_arms_windows_rejects_beyond_its_allowance_in_audits_
         outcome = Outcome(spec=spec)
         _judge_interference(outcome, {}, trusted, rounds, protocol, checked=checked)
         assert outcome.reasons == []
+
+
+def _rounds_with_a_neighbour_effect(hit: float, seed: int) -> list[tuple[tuple[str, ...], dict[str, float]]]:
+    """30 rounds in random orders; the baseline process 4% slower than the A/A control for its
+    whole life (a per-process bias), 3% noise, and whichever trusted arm follows the candidate
+    slowed by `hit`."""
+    rng = np.random.default_rng(seed)
+    rounds = []
+    for _ in range(30):
+        order = tuple(rng.permutation(["baseline", "candidate", "baseline_aa"]))
+        times = {"baseline": 1.04, "baseline_aa": 1.0}
+        follower = order[order.index("candidate") + 1] if order.index("candidate") < 2 else None
+        for label in times:
+            times[label] *= float(np.exp(rng.normal(0, 0.03))) * (1 + hit if label == follower else 1.0)
+        rounds.append((order, times))
+    return rounds
+
+
+def test_the_arm_after_the_candidate_running_slower_shows_and_a_per_process_bias_does_not():
+    for seed in range(5):
+        quiet = next_arm_slowdown(_rounds_with_a_neighbour_effect(0.0, seed), resamples=2000, confidence=0.95, seed=seed)
+        assert quiet is not None and quiet[1] < 1.03 and quiet[1] < 1.0 < quiet[2], quiet
+        storm = next_arm_slowdown(_rounds_with_a_neighbour_effect(0.15, seed), resamples=2000, confidence=0.95, seed=seed)
+        assert storm is not None and storm[1] > 1.03 and storm[1] < 1.15 < storm[2] * 1.02, storm
+    # Too few rounds with each trusted arm right after the candidate: no figure.
+    assert next_arm_slowdown(_rounds_with_a_neighbour_effect(0.0, 1)[:4], resamples=100, confidence=0.95, seed=1) is None
