@@ -108,7 +108,7 @@ class Protocol:
     interrupt_excess_per_ms: float = 0.5
     # How much slower the trusted arm measured right after the candidate may run than the one that
     # is not, as the lower bound of its CI (runners.audit.rounds.next_arm_slowdown).
-    next_arm_tolerance: float = 0.03
+    next_arm_tolerance: float = 0.05
     # Measured beside a whole-model audit's arms (runners.modelaudit.REFERENCE_POINTS): what a
     # customer gets for free. Off on cpu-ci, where compiling the tiny test models costs ~45 s a run.
     model_reference_points: tuple[str, ...] = ()

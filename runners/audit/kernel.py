@@ -745,9 +745,9 @@ def _judge_interference(outcome: Outcome, summary: dict[str, Any], trusted: list
 
 def _interrupt_rate(sample: Sample) -> float | None:
     """Interrupts per millisecond on the measurement cores while the sample ran."""
-    if sample.interrupts is None or sample.request_ns <= 0:
+    if sample.interrupts is None or sample.interrupts_ns <= 0:
         return None
-    return sample.interrupts / (sample.request_ns / 1e6)
+    return sample.interrupts / (sample.interrupts_ns / 1e6)
 
 
 def _judge_interrupts(outcome: Outcome, summary: dict[str, Any], trusted: list[_Slot], rounds: list[dict[str, Sample]],

@@ -45,7 +45,8 @@ class Sample:
     fenced: bool = False  # stepped, and every call's values copied while the parent held the worker's core
     snapshots: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)  # call -> (address, bytes) read when it said done
     snapshot_stalls: int = 0  # of those reads, how many waited on the worker (its memory-map lock)
-    interrupts: int | None = None  # on the measurement cores, request sent to reply received (procfs.core_interrupts)
+    interrupts: int | None = None  # on the measurement cores (procfs.core_interrupts): stepped, from call 0 seen done to the reply
+    interrupts_ns: int = 0  # the span they were counted over
     request_ns: int = 0  # the parent's clock, request sent to reply received
     gaps_ns: int = 0  # stepped: between a call seen done and the next announced (the parent's copies and snapshots)
     call_windows: list[int] = field(default_factory=list)  # stepped: each call's window on the parent's clock
@@ -121,6 +122,7 @@ class _Steps:
         self.gaps_ns = 0
         self.fenced = False  # every call's values copied while the parent held the worker's core
         self.stalls = 0  # snapshot reads during which the parent's thread blocked (see _step_calls)
+        self.interrupts_mark: tuple[int, int] | None = None  # (interrupts, perf_counter ns) when call 0 was seen done
         self.problem: str | None = None
 
 
@@ -181,7 +183,7 @@ def _fence_for(worker: Worker, spare: Sequence[int]) -> CoreFence | None:
 
 def _step(worker: Worker, inputs: SharedInputs, slots: Sequence[int], *, base: int, done: DoneRecord,
           snapshot: Collection[int], spans: Sequence[tuple[int, int]], op: str, deadline: float, timeout: float,
-          discount: bool, fence: CoreFence | None = None) -> _Steps:
+          discount: bool, fence: CoreFence | None = None, cores: Sequence[int] = ()) -> _Steps:
     """Reveal call i's values, announce it, wait for the worker to say it is done; read the outputs
     of the calls in `snapshot` (drawn secretly by the caller) at that moment, before the next call's
     values exist anywhere the worker can read, in a secret order of chunks (a worker finishing the
@@ -191,7 +193,7 @@ def _step(worker: Worker, inputs: SharedInputs, slots: Sequence[int], *, base: i
     steps = _Steps()
     try:
         _step_calls(steps, worker, inputs, slots, base=base, done=done, snapshot=snapshot,
-                    spans=spans, op=op, deadline=deadline, timeout=timeout, discount=discount, fence=fence)
+                    spans=spans, op=op, deadline=deadline, timeout=timeout, discount=discount, fence=fence, cores=cores)
     except DoneRecordBroken as exc:
         steps.problem = f"{exc}: its calls cannot be followed"
     return steps
@@ -199,7 +201,7 @@ def _step(worker: Worker, inputs: SharedInputs, slots: Sequence[int], *, base: i
 
 def _step_calls(steps: _Steps, worker: Worker, inputs: SharedInputs, slots: Sequence[int], *, base: int, done: DoneRecord,
                 snapshot: Collection[int], spans: Sequence[tuple[int, int]], op: str, deadline: float, timeout: float,
-                discount: bool, fence: CoreFence | None = None) -> None:
+                discount: bool, fence: CoreFence | None = None, cores: Sequence[int] = ()) -> None:
     clock = time.perf_counter_ns
     seen = 0
     steps.fenced = fence is not None
@@ -237,6 +239,12 @@ def _step_calls(steps: _Steps, worker: Worker, inputs: SharedInputs, slots: Sequ
         seen = clock()
         steps.window_ns += seen - announced
         steps.windows.append(seen - announced)
+        if index == 0:
+            # Interrupts are judged over the calls after the first: call 0 bills nothing, and a
+            # candidate that filled it with its own interrupts (a red team: 10 ms of 1 us sleeps)
+            # raised its rate enough to hide a storm aimed at the other arms.
+            counted = core_interrupts(list(cores))  # the measurement cores, read before the parent pinned itself
+            steps.interrupts_mark = (counted, clock()) if counted is not None else None
         if discount and index:
             # The worker waited while the parent held its core; the kernel books that wait when
             # the worker next runs, which may fall after `waited` was read. Never discounted.
@@ -309,13 +317,19 @@ def timed_sample(
             sent = worker.send("run", slots=list(slots), **request)
             steps = _step(worker, inputs, slots, base=base, done=done, snapshot=set(snapshot),
                           spans=spans, op="run", deadline=deadline, timeout=timeout,
-                          discount=discount_preemption, fence=held)
+                          discount=discount_preemption, fence=held, cores=cores)
             reply = worker.receive("run", sent_ns=sent, deadline=deadline, timeout=timeout)
         finally:
             os.sched_setaffinity(0, pinned)
     else:
         reply = worker.call("run", timeout=timeout, slots=list(slots), **request)
     interrupts_after = core_interrupts(cores)
+    interrupts: tuple[int, int] | None = None  # counted on the measurement cores, over this many ns
+    if interrupts_after is not None:
+        if steps is not None and steps.interrupts_mark is not None and len(slots) > 1:
+            interrupts = (interrupts_after - steps.interrupts_mark[0], reply.received_ns - steps.interrupts_mark[1])
+        elif interrupts_before is not None:
+            interrupts = (interrupts_after - interrupts_before, reply.received_ns - reply.sent_ns)
     main_after = worker.main_thread_cpu_ns() if discount_preemption and stepped else 0
     if freeze:
         worker.freeze()
@@ -378,7 +392,8 @@ def timed_sample(
         fenced=steps.fenced if steps is not None else False,
         snapshots=steps.snapshots if steps is not None else {},
         snapshot_stalls=steps.stalls if steps is not None else 0,
-        interrupts=interrupts_after - interrupts_before if interrupts_before is not None and interrupts_after is not None else None,
+        interrupts=interrupts[0] if interrupts is not None else None,
+        interrupts_ns=interrupts[1] if interrupts is not None else 0,
         request_ns=reply.received_ns - reply.sent_ns,
         gaps_ns=steps.gaps_ns if steps is not None else 0,
         call_windows=steps.windows if steps is not None else [],

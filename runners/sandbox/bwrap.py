@@ -14,6 +14,8 @@ from runners.sandbox.environment import gpu_device_nodes, read_roots
 ZYGOTE_CAPABILITIES = ("CAP_CHOWN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")
 
 
+MASKED_PROC_FILES = ("/proc/interrupts", "/proc/softirqs", "/proc/stat", "/proc/schedstat")
+
 def bwrap_path() -> str | None:
     return shutil.which("bwrap")
 
@@ -71,5 +73,12 @@ def bwrap_argv(
         argv += _bind(path, "--ro-bind")
     for node in gpu_device_nodes(device):
         argv += ["--dev-bind", node, node]
+    for path in MASKED_PROC_FILES:
+        # Per-core counters of the whole machine: the parent's core moves leave one rescheduling
+        # interrupt per call on the measurement core, so counts read between two of a worker's
+        # samples told it how many calls the other arms had run, and where it stood in the
+        # round's secret order (a red team, 2026-12-05). Empty here.
+        if os.path.exists(path):
+            argv += ["--ro-bind", "/dev/null", path]
     argv += ["--bind", root, root, "--ro-bind", shared_dir, shared_dir, "--chdir", root, "--"]
     return argv

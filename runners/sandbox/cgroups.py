@@ -135,6 +135,11 @@ class WorkerCgroup:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{path} did not reach {'frozen' if frozen else 'thawed'} in {timeout:.0f} s")
             time.sleep(0.001)
+            if frozen and self.version == 1:
+                # The v1 freezer tries each task once per write: a task that was running when it
+                # came (on its way to a stop signal, Worker._set_frozen) and stopped afterwards is
+                # never frozen. Another write freezes the stopped ones in place.
+                _write(path / "freezer.state", "FROZEN")
 
     def kill_all(self, *, timeout: float = 10.0) -> list[int]:
         """SIGKILL every process (frozen first, so none can fork meanwhile); wait until none is left."""

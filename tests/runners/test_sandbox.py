@@ -329,6 +329,16 @@ def test_a_candidate_cannot_renice_reschedule_relimit_or_signal_the_trusted_work
         baseline.close()
 
 
+@needs_bwrap
+def test_a_candidate_reads_no_per_core_counters_of_the_machine(sandbox):
+    report = _probe(sandbox, "probe_machine_counters.py")
+    # Masked with /dev/null, which Landlock then refuses to open (EACCES), or absent on this kernel:
+    # either way nothing to read (the host's /proc/interrupts here is about 2 KiB).
+    for path in ("/proc/interrupts", "/proc/softirqs", "/proc/stat", "/proc/schedstat"):
+        assert report[path] == 0 or str(report[path]).startswith("error"), report
+    assert report["cpu_count"] and report["cpu_count"] >= 1  # the runtime still finds its cores
+
+
 def test_it_refuses_ptrace_namespaces_inet6_and_kernel_timers_by_seccomp(sandbox):
     assert _probe(sandbox, "probe_seccomp.py") == {
         "ptrace": 1, "unshare": 1, "inet6": 1, "timer_create": 1, "timerfd_create": 1, "setitimer": 1}

@@ -8,11 +8,13 @@ interrupt on the measurement core (on a VM, an exit to the hypervisor of 10-20 u
 arm is being measured then. None of it is CPU of the candidate's tree, nor a run-queue wait the
 preemption discount would take off. Each sample's first call re-arms the sleeps to expire one after
 another from just after the sample's expected end; a woken thread runs only when the candidate is
-thawed for its next sample."""
+thawed for its next sample. Now every freeze is preceded by a stop signal, which wakes each sleeper
+out of its sleep (its timer cancelled; the sleep resumes after the thaw, in the candidate's own
+time), and the parent counts interrupts per arm besides."""
 # workload: rmsnorm
-# verdict: rejected
-# expect: integrity.interrupts_in_other_arms
-# today: rejected, the trusted arms taking 2.2-3.2 more interrupts per ms than the candidate (lower bounds 1.1-1.9; honest candidates -0.1 to 0.1), 2026-12-05
+# verdict: no-gain
+# expect-any: integrity.interrupts_in_other_arms | integrity.slows_next_arm | timing.clock_mismatch | integrity.background_cpu
+# today: accepted at 0.74-0.80x (2026-12-05, a stop signal before every freeze: the sleeps' timers fire in its own next sample); rejected for integrity.interrupts_in_other_arms before that (2.2-3.2 more interrupts per ms in the trusted arms)
 import threading
 import time
 
