@@ -239,12 +239,6 @@ def _step_calls(steps: _Steps, worker: Worker, inputs: SharedInputs, slots: Sequ
         seen = clock()
         steps.window_ns += seen - announced
         steps.windows.append(seen - announced)
-        if index == 0:
-            # Interrupts are judged over the calls after the first: call 0 bills nothing, and a
-            # candidate that filled it with its own interrupts (a red team: 10 ms of 1 us sleeps)
-            # raised its rate enough to hide a storm aimed at the other arms.
-            counted = core_interrupts(list(cores))  # the measurement cores, read before the parent pinned itself
-            steps.interrupts_mark = (counted, clock()) if counted is not None else None
         if discount and index:
             # The worker waited while the parent held its core; the kernel books that wait when
             # the worker next runs, which may fall after `waited` was read. Never discounted.
@@ -267,6 +261,13 @@ def _step_calls(steps: _Steps, worker: Worker, inputs: SharedInputs, slots: Sequ
             steps.snapshots[index] = taken
             if resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw != blocked:
                 steps.stalls += 1
+        if index == 0:
+            # After any snapshot (read at once, the worker gets no time from this). Interrupts are
+            # judged over the calls after the first: call 0 bills nothing, and a candidate that
+            # filled it with its own interrupts (a red team: 10 ms of 1 us sleeps) raised its rate
+            # enough to hide a storm aimed at the other arms.
+            counted = core_interrupts(list(cores))  # the measurement cores, read before the parent pinned itself
+            steps.interrupts_mark = (counted, clock()) if counted is not None else None
 
 
 def timed_sample(

@@ -12,7 +12,7 @@ thawed for its next sample. Now every freeze is preceded by a stop signal, which
 out of its sleep (its timer cancelled; the sleep resumes after the thaw, in the candidate's own
 time), and the parent counts interrupts per arm besides."""
 # workload: rmsnorm
-# verdict: no-gain
+# verdict: no-billable-gain
 # expect-any: integrity.interrupts_in_other_arms | integrity.slows_next_arm | timing.clock_mismatch | integrity.background_cpu
 # today: accepted at 0.74-0.80x (2026-12-05, a stop signal before every freeze: the sleeps' timers fire in its own next sample); rejected for integrity.interrupts_in_other_arms before that (2.2-3.2 more interrupts per ms in the trusted arms)
 import threading
