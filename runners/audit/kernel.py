@@ -757,7 +757,7 @@ def _judge_interrupts(outcome: Outcome, summary: dict[str, Any], trusted: list[_
     it started in threads that the freezer stops with their timeouts still armed, I/O it
     submitted) fires on the core every arm shares, whoever is being measured, and none of it is
     CPU of the candidate's tree or a run-queue wait. Aimed at the other arms' windows it slows the
-    baseline: a red team's storm of POSIX timers billed 1.09-1.42x (lower bounds) on `cpu-ci`
+    baseline: a red team's storm of POSIX timers billed 1.07-1.42x (lower bounds) on `cpu-ci`
     rmsnorm computing what the baseline computes (2026-12-05, before the seccomp filter refused
     timers). Judged on the lower bound of a bootstrap CI of the mean over rounds."""
     rates = {label: [_interrupt_rate(r[label]) for r in rounds] for label in ("candidate", *(s.label for s in trusted))}

@@ -19,6 +19,7 @@ from typing import Callable, Generic, Protocol as TypingProtocol, Sequence, Type
 
 import numpy as np
 
+from runners import stats
 from runners.sandbox import Worker
 
 
@@ -102,13 +103,8 @@ def next_arm_slowdown(rounds: Sequence[tuple[Sequence[str], dict[str, float]]], 
             after_aa.append(value)
     if len(after_baseline) < 3 or len(after_aa) < 3:
         return None
-    b, a = np.asarray(after_baseline), np.asarray(after_aa)
-    rng = np.random.default_rng(seed)
-    boot = (b[rng.integers(0, b.size, size=(resamples, b.size))].mean(axis=1)
-            - a[rng.integers(0, a.size, size=(resamples, a.size))].mean(axis=1))
-    alpha = (1.0 - confidence) / 2.0
-    low, high = np.quantile(boot, [alpha, 1.0 - alpha])
-    return float(np.exp((b.mean() - a.mean()) / 2)), float(np.exp(low / 2)), float(np.exp(high / 2))
+    gap = stats.mean_difference_ci(after_baseline, after_aa, resamples=resamples, confidence=confidence, seed=seed)
+    return float(np.exp(gap.point / 2)), float(np.exp(gap.low / 2)), float(np.exp(gap.high / 2))
 
 
 def interference_excess(during: Sequence[float], trusted: Sequence[Sequence[float]]) -> float | None:

@@ -261,7 +261,7 @@ def _step_calls(steps: _Steps, worker: Worker, inputs: SharedInputs, slots: Sequ
             steps.snapshots[index] = taken
             if resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw != blocked:
                 steps.stalls += 1
-        if index == 0:
+        if index == 0 and len(slots) > 1:
             # After any snapshot (read at once, the worker gets no time from this). Interrupts are
             # judged over the calls after the first: call 0 bills nothing, and a candidate that
             # filled it with its own interrupts (a red team: 10 ms of 1 us sleeps) raised its rate
@@ -302,7 +302,8 @@ def timed_sample(
     main_before = worker.main_thread_cpu_ns() if discount_preemption and stepped else 0
     cpu_before = worker.cpu_ns()
     cores = list(worker.sandbox.config.cpus)
-    interrupts_before = core_interrupts(cores)
+    # Stepped samples of several calls count interrupts from call 0 seen done (_step_calls).
+    interrupts_before = core_interrupts(cores) if not (stepped and len(slots) > 1) else None
     request = dict(fields or {})
     steps: _Steps | None = None
     if stepped:
@@ -327,7 +328,7 @@ def timed_sample(
     interrupts_after = core_interrupts(cores)
     interrupts: tuple[int, int] | None = None  # counted on the measurement cores, over this many ns
     if interrupts_after is not None:
-        if steps is not None and steps.interrupts_mark is not None and len(slots) > 1:
+        if steps is not None and steps.interrupts_mark is not None:
             interrupts = (interrupts_after - steps.interrupts_mark[0], reply.received_ns - steps.interrupts_mark[1])
         elif interrupts_before is not None:
             interrupts = (interrupts_after - interrupts_before, reply.received_ns - reply.sent_ns)
