@@ -108,12 +108,19 @@ class _PhaseOutcome:
     slots: dict[str, list[float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     meanwhile: dict[str, list[float]] = field(default_factory=dict)  # CPU while other workers were measured
+    frozen_between_samples: bool = False
 
     def fail(self, reason: Reason, *, verdict: str = "rejected") -> None:
         if all(r.code != reason.code for r in self.reasons):  # one entry per code: the first says it
             self.reasons.append(reason)
         if self.verdict != "error":
             self.verdict = verdict
+
+
+def _freezes(sandbox: Sandbox, device: str) -> bool:
+    """Whether waiting arms are frozen between their samples: CPU on a host that accounts and
+    freezes a whole process tree (runners.audit.session.AuditSession.freezes)."""
+    return device == "cpu" and bool(sandbox.info().get("accounts_tree"))
 
 
 def _discounts(protocol: Protocol, worker: Worker, device: str) -> bool:
@@ -357,6 +364,12 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
         # positions are verified are drawn from the OS, never from the audit seed: a seed can be
         # known to the vendor (a reproduction of a published report runs with its seed). The seed
         # fixes calibration and the bootstrap only.
+        # Where the host freezes a whole tree (CPU with the freezer cgroup, as for kernel audits),
+        # every arm is stopped (SIGSTOP, then the freezer) from its prepare to its sample and again
+        # from its sample to its next request: nothing of a waiting worker, no thread and no timer,
+        # runs while another arm is measured. Without a freezer, CPU in others' windows is judged.
+        freezes = _freezes(sandbox, device)
+        outcome.frozen_between_samples = freezes
         order_rng = np.random.default_rng(secrets.randbits(128))
         check_rng = np.random.default_rng(secrets.randbits(128))
         reveal_rng = np.random.default_rng(secrets.randbits(128))
@@ -400,12 +413,17 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
             def sample(slot: _Slot) -> ModelSample:
                 ledger.enter(slot.worker, "window")
                 record = stepped_sample(slot.worker, offsets, timeout=limit, discount=_discounts(protocol, slot.worker, device))
+                if freezes:
+                    slot.worker.freeze()  # until its next request (the round's checks) thaws it
                 ledger.enter(slot.worker, "idle")
                 return record
 
             records: dict[str, ModelSample] = {}
             for slot in list(ordered):
                 step(slot, lambda slot=slot: prepare(slot))
+            if freezes:
+                for slot in list(ordered):
+                    step(slot, slot.worker.freeze)  # its first step request thaws it, before its window opens
             offsets = _reveal(phase, reveal_rng, calls=calls, vocab=vocab, batch=batch)
             records.update(engine.run(lambda slot: step(slot, lambda: sample(slot))))
             _check_round(outcome, slots, records, protocol, round_index=round_index, rng=check_rng, calls=calls,
@@ -632,4 +650,5 @@ def _entry(outcome: _PhaseOutcome, protocol: Protocol, *, batch: int, seq: int, 
         "reference_points": references,
         "notes": outcome.notes,
         "cpu_while_others_measured_s": {label: fin(sum(v) / len(v)) for label, v in outcome.meanwhile.items() if v},  # mean per round
+        "frozen_between_samples": outcome.frozen_between_samples,
     }

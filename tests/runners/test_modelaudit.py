@@ -318,8 +318,21 @@ def test_a_next_token_table_built_while_preparing_decode_is_hidden_work(sample_m
     assert "prefilling the prompts' caches" in decode["reasons"][0]["message"]
 
 
-def test_work_in_the_other_workers_windows_is_judged(sample_models):
+def test_work_aimed_at_the_other_workers_windows_cannot_run_there(sample_models):
+    # Where the host freezes a tree, every arm is stopped while another is measured: the burner
+    # thread gets no CPU in the trusted arms' windows, so it cannot slow them.
     prefill = _phase(_audit(sample_models["llama"], None, transform_source=INTERFERES, phases=("prefill",), rounds=6), "prefill")
+    assert prefill["frozen_between_samples"] is True
+    meanwhile = prefill["cpu_while_others_measured_s"]
+    assert meanwhile["optimized"] <= max(meanwhile["baseline"], meanwhile["aa"]) + 0.0001, meanwhile
+    assert not (prefill["billable"] and prefill["ci95"][0] > 1.0), prefill["ci95"]
+
+
+def test_work_in_the_other_workers_windows_is_judged_where_workers_cannot_be_frozen(sample_models, monkeypatch):
+    from runners import modelaudit
+    monkeypatch.setattr(modelaudit, "_freezes", lambda sandbox, device: False)
+    prefill = _phase(_audit(sample_models["llama"], None, transform_source=INTERFERES, phases=("prefill",), rounds=6), "prefill")
+    assert prefill["frozen_between_samples"] is False
     assert prefill["verdict"] == "rejected" and [r["code"] for r in prefill["reasons"]] == ["integrity.background_cpu"]
     assert "while other workers were measured" in prefill["reasons"][0]["message"]
     assert prefill["cpu_while_others_measured_s"]["optimized"] > 0.0005
