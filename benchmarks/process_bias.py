@@ -12,7 +12,9 @@ a persistent per-process bias, near 0 means round-to-round noise).
 Variants (every process of a run gets the same one):
   plain          the suite's baseline as written (a fresh output and temporaries every call), the
                  harness's glibc thresholds
-  reuse          rmsnorm only: the same arithmetic into two buffers allocated once (out=)
+  manual         rmsnorm only: the formula written out (pow, mean, rsqrt, two products), a fresh
+                 output and temporaries every call, where the suite's baseline is one fused op
+  reuse          rmsnorm only: the written-out formula into two buffers allocated once (out=)
   thp            glibc's heap on transparent huge pages (glibc.malloc.hugetlb=1)
   deterministic  address randomization off (setarch -R) and a fixed Python hash seed
   refault        before each turn the free heap goes back to the kernel (malloc_trim) and 48 MiB
@@ -55,6 +57,9 @@ inputs = tuple(torch.from_file(p, shared=True, size=n, dtype=torch.float32).view
                for p, n, shape in json.loads(sys.argv[2]))
 fn = suite.baseline_fn(spec)
 variant = os.environ["BIAS_VARIANT"]
+if variant == "manual":
+    def fn(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
 if variant == "reuse":
     x, w = inputs
     scratch, out = torch.empty_like(x), torch.empty_like(x)
@@ -86,7 +91,7 @@ with torch.no_grad():
         print(statistics.median(times), flush=True)
 '''
 
-VARIANTS = ("plain", "reuse", "thp", "deterministic", "refault")
+VARIANTS = ("plain", "manual", "reuse", "thp", "deterministic", "refault")
 
 
 def run_once(workload: str, variant: str, processes: int, rounds: int, workdir: Path, core: int) -> dict:
@@ -147,9 +152,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--core", type=int, default=os.cpu_count() - 1)
+    parser.add_argument("--only", help="comma-separated workload:variant pairs instead of the whole plan")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "process-bias-cpu.json"))
     args = parser.parse_args()
     plan = [("rmsnorm", v) for v in VARIANTS] + [(w, "plain") for w in ("softmax", "swiglu", "rope")]
+    if args.only:
+        plan = [tuple(item.split(":")) for item in args.only.split(",")]
     rows = []
     started = time.time()
     with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as tmp:
