@@ -579,12 +579,18 @@ def _check_round(outcome: _PhaseOutcome, slots: dict[str, _Slot], records: dict[
         if len(claimed) != flat.shape[0] // len(positions) * length or not all(
                 measure.commitment_holds(float(claimed[i]), row.abs(), weights) for i, row in zip(indices, flat)):
             outcome.fail(Reason("integrity.commitment_mismatch", f"{where}, call {call}: outputs differ from the checksums committed when the window closed"))
-        if compare_aa:
-            # The reference is only as good as the baseline's determinism: two identical trusted
-            # workers must agree (they do bit for bit on CPU), or nothing here can be judged.
-            again = _fetch(slots["aa"].worker, call, positions, timeout)
-            if again is None or not checks.compare_tensors(again, reference, atol=atol, rtol=rtol).passed:
-                raise ModelAuditError(f"{where}: two baseline workers disagree on the same tokens; the model is not deterministic enough to audit")
+        # The A/A worker is fetched from exactly as the baseline is, every round: a fetch allocates
+        # and copies in the worker between its samples, and an arm spared it measured 1-3% faster
+        # in decode (benchmarks/model_aa.py, 2026-12-05), a difference of treatment the A/A widening
+        # then charged to every figure. The reference is only as good as the baseline's
+        # determinism: two identical trusted workers must agree (bit for bit on CPU).
+        again = _fetch(slots["aa"].worker, call, positions, timeout)
+        if compare_aa and (again is None or not checks.compare_tensors(again, reference, atol=atol, rtol=rtol).passed):
+            raise ModelAuditError(f"{where}: two baseline workers disagree on the same tokens; the model is not deterministic enough to audit")
+        for label in records:
+            if label.startswith("ref:"):  # reference points too: the same treatment as the arms they are set beside
+                with contextlib.suppress(SandboxError):
+                    _fetch(slots[label].worker, call, positions, timeout)
 
 
 def _estimate(numerators: list[float], denominators: list[float], protocol: Protocol, seed: int) -> stats.Estimate | None:
