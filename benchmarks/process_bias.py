@@ -17,6 +17,8 @@ Variants (every process of a run gets the same one):
   reuse          rmsnorm only: the written-out formula into two buffers allocated once (out=)
   thp            glibc's heap on transparent huge pages (glibc.malloc.hugetlb=1)
   deterministic  address randomization off (setarch -R) and a fixed Python hash seed
+  arenas         each turn's calls run in one of 8 threads drawn at random (a glibc arena each)
+  one-thread     every turn's calls in the same one thread (an arena of its own, not the main heap)
   refault        before each turn the free heap goes back to the kernel (malloc_trim) and 48 MiB
                  are faulted in again outside the timed calls, so each turn's pages are new
 
@@ -71,6 +73,34 @@ if variant == "reuse":
         return torch.mul(scratch, w, out=out)
 libc = ctypes.CDLL(None)
 held = None
+if variant in ("arenas", "one-thread"):
+    # Each turn's calls run in one of several threads, drawn at random: glibc gives each thread an
+    # arena of its own, so a turn's fresh tensors come from one of several heaps.
+    import queue, random, threading
+    lanes = []
+    def lane(inbox, outbox):
+        torch.set_num_threads(1)
+        with torch.no_grad():
+            while True:
+                inbox.get()
+                result = fn(*inputs)
+                times = []
+                for _ in range(5):
+                    t0 = time.perf_counter_ns()
+                    result = fn(*inputs)
+                    times.append(time.perf_counter_ns() - t0)
+                outbox.put((statistics.median(times), result))
+    for _ in range(8 if variant == "arenas" else 1):
+        inbox, outbox = queue.Queue(), queue.Queue()
+        threading.Thread(target=lane, args=(inbox, outbox), daemon=True).start()
+        lanes.append((inbox, outbox))
+    for _ in sys.stdin:
+        held = None
+        inbox, outbox = random.choice(lanes)
+        inbox.put(None)
+        median, held = outbox.get()
+        print(median, flush=True)
+    sys.exit(0)
 with torch.no_grad():
     for _ in sys.stdin:
         held = None
@@ -91,7 +121,7 @@ with torch.no_grad():
         print(statistics.median(times), flush=True)
 '''
 
-VARIANTS = ("plain", "manual", "reuse", "thp", "deterministic", "refault")
+VARIANTS = ("plain", "manual", "reuse", "thp", "deterministic", "refault", "arenas", "one-thread")
 
 
 def run_once(workload: str, variant: str, processes: int, rounds: int, workdir: Path, core: int) -> dict:

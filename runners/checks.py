@@ -31,6 +31,7 @@ REASON_CODES: dict[str, str] = {
     "integrity.output_aliases_input": "an output shares memory with an input",
     "integrity.thread_left_running": "a thread started during a call was still running after it returned",
     "integrity.background_cpu": "the candidate used CPU outside its timed windows",
+    "integrity.unbilled_call_slow": "a model's unbilled first decode call took far longer than the trusted workers' (work for the next call's input hidden there)",
     "integrity.commitment_mismatch": "outputs changed after timing stopped (lazy or deferred work)",
     "integrity.stray_process": "the candidate left processes running",
     "integrity.cpus_widened": "the candidate let itself run on cores outside the measurement cores",

@@ -109,6 +109,7 @@ class _PhaseOutcome:
     notes: list[str] = field(default_factory=list)
     meanwhile: dict[str, list[float]] = field(default_factory=dict)  # CPU while other workers were measured
     frozen_between_samples: bool = False
+    unbilled_calls: dict[str, list[float]] = field(default_factory=dict)  # per round: unbilled windows / billed per-call time
 
     def fail(self, reason: Reason, *, verdict: str = "rejected") -> None:
         if all(r.code != reason.code for r in self.reasons):  # one entry per code: the first says it
@@ -139,7 +140,8 @@ def _reveal(phase: str, rng: np.random.Generator, *, calls: int, vocab: int, bat
     the set, then the prefill window's offset in its pool or decode's new token per batch entry."""
     if phase == "prefill":
         return [[call, int(rng.integers(0, POOL_SLACK + 1))] for call in range(calls)]
-    return [[call, *(int(t) for t in rng.integers(0, vocab, size=batch))] for call in range(calls)]
+    # Decode: every call extends the round's one prompt (set 0) by the token revealed with it.
+    return [[0, *(int(t) for t in rng.integers(0, vocab, size=batch))] for _ in range(calls)]
 
 
 def audit_model_forward(
@@ -345,7 +347,10 @@ def _calibrate(worker: Worker, protocol: Protocol, *, phase: str, vocab: int, ba
     stepped_sample(worker, reveal[:1], timeout=timeout, discount=discount)
     per_call = stepped_sample(worker, reveal[1:], timeout=timeout, discount=discount).per_call_s
     worker.call("release", timeout=timeout)
-    return max(1, min(MAX_CALLS_PER_SAMPLE, protocol.max_calls, math.ceil(protocol.target_sample_s / per_call))), per_call
+    calls = max(1, min(MAX_CALLS_PER_SAMPLE, protocol.max_calls, math.ceil(protocol.target_sample_s / per_call)))
+    # A decode sample bills from its second call (its first one's input could be tabulated from the
+    # prompt while preparing), so it has at least two, and one more call to bill for the one it does not.
+    return (max(2, calls + 1) if phase == "decode" else calls), per_call
 
 
 def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slot], protocol: Protocol, *, phase: str,
@@ -408,11 +413,16 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
             def prepare(slot: _Slot) -> None:
                 ledger.enter(slot.worker, "prepare")
                 slot.worker.call("prepare", timeout=limit, **request)
+                if freezes:
+                    # Stopped at once: nothing it started while preparing runs on while the next
+                    # arm prepares (a red team's thread built a next-token table there, 2026-12-05).
+                    slot.worker.freeze()
                 ledger.enter(slot.worker, "idle")
 
             def sample(slot: _Slot) -> ModelSample:
                 ledger.enter(slot.worker, "window")
-                record = stepped_sample(slot.worker, offsets, timeout=limit, discount=_discounts(protocol, slot.worker, device))
+                record = stepped_sample(slot.worker, offsets, timeout=limit, discount=_discounts(protocol, slot.worker, device),
+                                        bill_from=1 if phase == "decode" else 0)
                 if freezes:
                     slot.worker.freeze()  # until its next request (the round's checks) thaws it
                 ledger.enter(slot.worker, "idle")
@@ -421,9 +431,6 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
             records: dict[str, ModelSample] = {}
             for slot in list(ordered):
                 step(slot, lambda slot=slot: prepare(slot))
-            if freezes:
-                for slot in list(ordered):
-                    step(slot, slot.worker.freeze)  # its first step request thaws it, before its window opens
             offsets = _reveal(phase, reveal_rng, calls=calls, vocab=vocab, batch=batch)
             records.update(engine.run(lambda slot: step(slot, lambda: sample(slot))))
             _check_round(outcome, slots, records, protocol, round_index=round_index, rng=check_rng, calls=calls,
@@ -431,11 +438,15 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
                          timeout=limit, compare_aa=round_index == 0)
             for slot in list(ordered):
                 step(slot, lambda slot=slot: slot.worker.call("release", timeout=limit))
+                if freezes and slot in ordered:
+                    step(slot, slot.worker.freeze)  # until the next round's prepare
             if outcome.verdict != "accepted":
                 break  # a wrong or misbehaving model is not timed any further
             if measured:
                 for label, record in records.items():
                     samples[label].append(record.per_call_s)
+                    if record.unbilled_ns:
+                        outcome.unbilled_calls.setdefault(label, []).append(record.unbilled_ns / 1e9 / record.per_call_s)
         for slot in ordered:
             ledger.enter(slot.worker, "idle")
         outcome.slots = samples
@@ -443,6 +454,8 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
                              if label in samples}
         if outcome.verdict == "accepted":
             _judge_background(outcome, slots, ledger, protocol, warmup=protocol.warmup_rounds, seed=seed)
+        if outcome.verdict == "accepted":
+            _judge_unbilled_call(outcome, protocol, seed=seed)
     except SandboxError as exc:
         if optimized.failure is exc:
             _errored(outcome, exc)
@@ -510,6 +523,30 @@ def _judge_background(outcome: _PhaseOutcome, slots: dict[str, _Slot], ledger: m
         what = "preparing tokens" if outcome.phase == "prefill" else "prefilling the prompts' caches"
         outcome.fail(Reason("integrity.background_cpu", f"{outcome.phase}: {what} cost the optimized model's worker "
                                                         f"{ratio.point:.2f}x the CPU it cost trusted workers (work hidden before its windows)"))
+
+
+# How many billed calls' worth the optimized worker's unbilled first call may take beyond what the
+# trusted workers' take (lower bound of a bootstrap CI of the median over rounds).
+UNBILLED_CALL_EXCESS = 1.0
+
+
+def _judge_unbilled_call(outcome: _PhaseOutcome, protocol: Protocol, *, seed: int) -> None:
+    """Decode's first call is timed but not billed (its input could be tabulated while preparing).
+    The next call's input is its token on the cache that first call leaves, so a table for it
+    could only be built inside that first window: the first call, in units of the sample's billed
+    per-call time, may not take more than UNBILLED_CALL_EXCESS beyond the trusted workers' own."""
+    mine = outcome.unbilled_calls.get("optimized") or []
+    trusted = [outcome.unbilled_calls.get(label) or [] for label in ("baseline", "aa")]
+    if len(mine) < _MIN_JUDGED_ROUNDS or any(len(t) != len(mine) for t in trusted):
+        return
+    excess = [m - (a + b) / 2 for m, a, b in zip(mine, *trusted)]
+    bound = stats.median_ci(excess, seed=suite.derive_seed(seed, "unbilled") & 0xFFFFFFFF,
+                            resamples=protocol.bootstrap_resamples, confidence=protocol.confidence)
+    if bound.low > UNBILLED_CALL_EXCESS:
+        outcome.fail(Reason("integrity.unbilled_call_slow",
+                            f"{outcome.phase}: the optimized model's unbilled first call took {bound.point:.1f} billed calls' "
+                            f"worth more than the trusted workers' (at most {UNBILLED_CALL_EXCESS:g} allowed): the next call's "
+                            "input exists only after that call, so work for it done there is hidden work"))
 
 
 def _fetch(worker: Worker, call: int, positions: list[int], timeout: float) -> torch.Tensor | None:
@@ -657,4 +694,6 @@ def _entry(outcome: _PhaseOutcome, protocol: Protocol, *, batch: int, seq: int, 
         "notes": outcome.notes,
         "cpu_while_others_measured_s": {label: fin(sum(v) / len(v)) for label, v in outcome.meanwhile.items() if v},  # mean per round
         "frozen_between_samples": outcome.frozen_between_samples,
+        "billed_from_call": 1 if outcome.phase == "decode" else 0,
+        "unbilled_call_per_billed_call": {label: fin(stats.median(v)) for label, v in outcome.unbilled_calls.items() if v},
     }

@@ -35,14 +35,20 @@ class ModelSample:
     meta: list[dict[str, Any]] | None  # call 0's outputs, described
     inconsistent: list[int]  # calls whose outputs differ in kind from call 0's
     windows_ns: list[int] = field(default_factory=list)
+    unbilled_ns: int = 0  # the windows of calls before the first billed one (decode: call 0)
 
 
-def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float, discount: bool) -> ModelSample:
+def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float, discount: bool,
+                   bill_from: int = 0) -> ModelSample:
     """Time `items` (what each call reads, runners.modelaudit._reveal) one request per call.
 
-    With `discount` (CPU, one thread per worker) the worker's run-queue wait over the sample comes
-    off, never below the CPU its whole tree used over the same span: waiting behind its own threads
-    or processes is their CPU, not other processes' time."""
+    Calls before `bill_from` are timed and kept (`unbilled_ns`) but not billed, and the discount
+    and the tree's CPU are read from the end of the last of them: decode bills from its second
+    call, whose input (the first call's token on the prompt's cache, then its own) exists nowhere
+    before its window, where the first call's could have been tabulated from the prompt.
+    With `discount` (CPU, one thread per worker) the worker's run-queue wait over the billed calls
+    comes off, never below the CPU its whole tree used over the same span: waiting behind its own
+    threads or processes is their CPU, not other processes' time."""
     spare = spare_cores(worker)
     pinned = os.sched_getaffinity(0)
     if spare:
@@ -52,9 +58,13 @@ def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float
     metas: list[Any] = []
     problem: str | None = None
     try:
-        wait_before = worker.runqueue_wait_ns() if discount else None
-        cpu_before = worker.cpu_ns()
+        bill_from = min(bill_from, max(len(items) - 1, 0))
+        wait_before = worker.runqueue_wait_ns() if discount and not bill_from else None
+        cpu_before = worker.cpu_ns() if not bill_from else 0
         for call, item in enumerate(items):
+            if call == bill_from and call:
+                wait_before = worker.runqueue_wait_ns() if discount else None
+                cpu_before = worker.cpu_ns()
             reply = worker.call("step", timeout=timeout, call=call, item=list(item))
             windows.append(reply.received_ns - reply.sent_ns)
             header = reply.header
@@ -70,15 +80,17 @@ def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float
     finally:
         if spare:
             os.sched_setaffinity(0, pinned)
-    total = sum(windows)
+    unbilled, windows_billed = sum(windows[:bill_from]), windows[bill_from:]
+    total = sum(windows_billed)
     effective = total
     if wait_before is not None and wait_after is not None:
         effective = max(total - max(0, wait_after - wait_before), min(cpu_run, total))
     calls = len(items)
+    billed_calls = len(windows_billed)
     first = metas[0] if metas and isinstance(metas[0], list) else None
     return ModelSample(
         calls=calls,
-        per_call_s=max(effective / 1e9 / max(calls, 1), 1e-12),
+        per_call_s=max(effective / 1e9 / max(billed_calls, 1), 1e-12),
         window_ns=total,
         preempted_ns=total - effective,
         cpu_run_ns=cpu_run,
@@ -87,4 +99,5 @@ def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float
         meta=first,
         inconsistent=[i for i, meta in enumerate(metas) if meta != metas[0]],
         windows_ns=windows,
+        unbilled_ns=unbilled,
     )

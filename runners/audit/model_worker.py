@@ -69,8 +69,10 @@ class ModelRunner:
         self.phase = ""
         self.seq = 0
         self.pool: torch.Tensor | None = None  # prefill: [calls, batch, seq + POOL_SLACK]
-        self.caches: list[Any] = []  # decode: one prefilled cache per call, each used once
-        self.encoded: list[torch.Tensor] = []  # decode of an encoder-decoder: the encoder output per call
+        self.caches: list[Any] = []  # decode: the round's one prefilled cache, which each step extends
+        self.encoded: list[torch.Tensor] = []  # decode of an encoder-decoder: the prompt's encoder output
+        self.decoded = 0  # decode: tokens appended to the cache since prepare
+        self.batch = 0
         self.mask: dict[str, torch.Tensor] = {}
         self.weights: torch.Tensor | None = None
         self.commit_seed = 0
@@ -158,12 +160,17 @@ class ModelRunner:
             self.pool = tokens
             self.mask = {**self._mask(batch, self.seq), **decoder_inputs(self.config, batch=batch, device=self.device)}
         elif self.phase == "decode":
-            # An encoder-decoder's prompt goes through the encoder once, here; each timed step is the
-            # decoder's next token over its own cache and the kept encoder output (its mask stays
-            # the prompt's). A decoder's step sees a mask one token longer than its prompt.
+            # One prompt, prefilled here; the sample's calls then decode one token after another over
+            # its cache, as generation does, each call's token revealed with its own request. So every
+            # call's input is the prompt plus tokens revealed one by one: only the first call's could
+            # be tabulated here (every next token over the prompt's cache), and the parent bills
+            # decode samples from their second call (runners.audit.model_sample). An
+            # encoder-decoder's prompt goes through the encoder once, here; each step is the
+            # decoder's next token over its cache and the kept encoder output (the encoder's mask
+            # stays the prompt's). A decoder's step sees a mask one token longer than its cache.
             two_stacks = bool(getattr(self.config, "is_encoder_decoder", False))
-            self.encoded = []
-            for index, prompt in enumerate(tokens):
+            self.encoded, self.decoded, self.batch = [], 0, batch
+            for index, prompt in enumerate(tokens[:1]):
                 out = self._forward({"input_ids": prompt, "use_cache": True, **self._mask(batch, self.seq),
                                      **decoder_inputs(self.config, batch=batch, device=self.device)},
                                     f"prefill {index} for decode")
@@ -176,7 +183,7 @@ class ModelRunner:
                     if not isinstance(encoded, torch.Tensor):
                         raise WorkerFault("harness.error", "the encoder-decoder model returned no encoder output")
                     self.encoded.append(encoded)
-            self.mask = self._mask(batch, self.seq if two_stacks else self.seq + 1)
+            self.mask = self._mask(batch, self.seq) if two_stacks else {}
         else:
             raise ValueError(f"unknown phase {self.phase!r}")
         self.commit_seed = int(header["commit_seed"])
@@ -198,12 +205,16 @@ class ModelRunner:
             if not 0 <= start <= POOL_SLACK:
                 raise ValueError(f"window offset {start} outside the pool")
             return {"input_ids": self.pool[index][:, start : start + self.seq], **self.mask}
+        if index != 0:
+            raise ValueError(f"decode steps extend the round's one prompt (set 0), not set {index}")
         new = torch.tensor([int(t) for t in item[1:]], dtype=torch.long, device=self.device).view(-1, 1)
         assert self.cache_arg is not None
         if self.encoded:
-            return {"decoder_input_ids": new, "encoder_outputs": (self.encoded[index],), self.cache_arg: self.caches[index],
+            return {"decoder_input_ids": new, "encoder_outputs": (self.encoded[0],), self.cache_arg: self.caches[0],
                     "use_cache": True, **self.mask}
-        return {"input_ids": new, self.cache_arg: self.caches[index], "use_cache": True, **self.mask}
+        # The cache holds the prompt and every token decoded since prepare.
+        return {"input_ids": new, self.cache_arg: self.caches[0], "use_cache": True,
+                **self._mask(self.batch, self.seq + self.decoded + 1)}
 
     def op_step(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
         """One timed call on the inputs this request reveals, and the commitment to its outputs.
@@ -225,6 +236,8 @@ class ModelRunner:
             except BaseException as exc:
                 raise candidate_fault(exc, during="a timed forward", code="sandbox.candidate_exception") from None
         self._sync()  # device-wide: work left on other streams lands inside the window
+        if self.phase == "decode":
+            self.decoded += 1
         _, meta = checks.inspect_outputs(out, [], expect_tuple=False)
         sums: list[float] = []
         if type(out) is torch.Tensor and out.dim() >= 1:

@@ -196,7 +196,9 @@ def transform(model):
 
 # Builds, while decode's caches are prefilled, a table of every next token's logits for each prompt
 # (a small vocabulary makes it cheap enough), and answers each decode call from it: 5.3x accepted
-# before `prepare` was judged for decode.
+# before `prepare` was judged for decode. Since decode's calls extend one cache token by token, only
+# the first call's input is the prompt plus one token, and that call is not billed; the table's
+# answers to later calls are wrong.
 DECODE_TABLE = """
 import time
 import torch
@@ -300,8 +302,14 @@ def test_a_worker_that_answers_before_computing_is_caught_by_its_commitments(sam
     report = _audit(sample_models["llama"], None, transform_source=ANSWERS_FIRST, phases=(phase,))
     result = _phase(report, phase)
     assert result["verdict"] == "rejected" and not result["billable"]
-    assert [r["code"] for r in result["reasons"]] == ["integrity.commitment_mismatch"]
-    assert result["correctness"]["passed"]  # the fetched logits themselves are right
+    codes = [r["code"] for r in result["reasons"]]
+    if phase == "prefill":
+        assert codes == ["integrity.commitment_mismatch"]
+        assert result["correctness"]["passed"]  # the fetched logits themselves are right
+    else:
+        # Decode steps extend one cache in turn: logits computed later, over the cache as the
+        # sample left it, are wrong as well as uncommitted.
+        assert "integrity.commitment_mismatch" in codes
 
 
 def test_a_commitment_cannot_be_made_through_the_output_heads_linearity(sample_models):
@@ -311,11 +319,41 @@ def test_a_commitment_cannot_be_made_through_the_output_heads_linearity(sample_m
     assert [r["code"] for r in prefill["reasons"]] == ["integrity.commitment_mismatch"]
 
 
-def test_a_next_token_table_built_while_preparing_decode_is_hidden_work(sample_models):
+# Works inside decode's unbilled first call (where a table for the next call's token could be built:
+# that token extends the cache the first call leaves): 20 ms of spinning before the honest step.
+SLOW_FIRST_STEP = """
+import time
+import runners.audit.model_worker as mw
+
+_step = mw.ModelRunner.op_step
+
+def op_step(self, header, tensors):
+    if int(header["call"]) == 0 and self.phase == "decode":
+        end = time.perf_counter() + 0.02
+        while time.perf_counter() < end:
+            pass
+    return _step(self, header, tensors)
+
+mw.ModelRunner.op_step = op_step
+
+def transform(model):
+    return model
+"""
+
+
+def test_work_in_decodes_unbilled_first_call_is_judged(sample_models):
+    decode = _phase(_audit(sample_models["llama"], None, transform_source=SLOW_FIRST_STEP, phases=("decode",)), "decode")
+    assert decode["verdict"] == "rejected" and not decode["billable"]
+    assert [r["code"] for r in decode["reasons"]] == ["integrity.unbilled_call_slow"]
+    ratios = decode["unbilled_call_per_billed_call"]
+    assert ratios["optimized"] > ratios["baseline"] + 1.0, ratios
+
+
+def test_a_next_token_table_built_while_preparing_decode_answers_nothing_billed(sample_models):
     decode = _phase(_audit(sample_models["llama"], None, transform_source=DECODE_TABLE, phases=("decode",)), "decode")
     assert decode["verdict"] == "rejected" and not decode["billable"]
-    assert [r["code"] for r in decode["reasons"]] == ["integrity.background_cpu"]
-    assert "prefilling the prompts' caches" in decode["reasons"][0]["message"]
+    assert "correctness.mismatch" in [r["code"] for r in decode["reasons"]]
+    assert decode["billed_from_call"] == 1
 
 
 def test_work_aimed_at_the_other_workers_windows_cannot_run_there(sample_models):
