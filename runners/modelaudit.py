@@ -28,7 +28,7 @@ import torch
 
 from runners import checks, measure, result, stats, suite
 from runners.artifact import applier_source, artifact_document
-from runners.audit.model_inputs import POOL_SLACK, commit_weights
+from runners.audit.model_inputs import commit_weights
 from runners.audit.model_sample import ModelSample, stepped_sample
 from runners.audit.rounds import Interference, Round, interference_excess
 from runners.measure import Protocol
@@ -135,11 +135,12 @@ def _round_request(phase: str, seed: int, *, calls: int, vocab: int, batch: int,
             "commit_seed": commit_seed}
 
 
-def _reveal(phase: str, rng: np.random.Generator, *, calls: int, vocab: int, batch: int) -> list[list[int]]:
+def _reveal(phase: str, rng: np.random.Generator, *, calls: int, vocab: int, batch: int, seq: int) -> list[list[int]]:
     """What each call of a sample reads, each sent with its own `step` (runners.audit.model_sample):
-    the set, then the prefill window's offset in its pool or decode's new token per batch entry."""
+    the set, then prefill's whole token window (batch x seq ids, row by row) or decode's new token
+    per batch entry."""
     if phase == "prefill":
-        return [[call, int(rng.integers(0, POOL_SLACK + 1))] for call in range(calls)]
+        return [[call, *(int(t) for t in rng.integers(0, vocab, size=batch * seq))] for call in range(calls)]
     # Decode: every call extends the round's one prompt (set 0) by the token revealed with it.
     return [[0, *(int(t) for t in rng.integers(0, vocab, size=batch))] for _ in range(calls)]
 
@@ -343,7 +344,7 @@ def _calibrate(worker: Worker, protocol: Protocol, *, phase: str, vocab: int, ba
     discount = _discounts(protocol, worker, device)
     worker.call("prepare", timeout=timeout, **_round_request(phase, suite.derive_seed(seed, "calibrate"), calls=3,
                                                              vocab=vocab, batch=batch, seq=seq, commit_seed=0))
-    reveal = _reveal(phase, np.random.default_rng(suite.derive_seed(seed, "calibrate-reveal")), calls=3, vocab=vocab, batch=batch)
+    reveal = _reveal(phase, np.random.default_rng(suite.derive_seed(seed, "calibrate-reveal")), calls=3, vocab=vocab, batch=batch, seq=seq)
     stepped_sample(worker, reveal[:1], timeout=timeout, discount=discount)
     per_call = stepped_sample(worker, reveal[1:], timeout=timeout, discount=discount).per_call_s
     worker.call("release", timeout=timeout)
@@ -431,7 +432,7 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
             records: dict[str, ModelSample] = {}
             for slot in list(ordered):
                 step(slot, lambda slot=slot: prepare(slot))
-            offsets = _reveal(phase, reveal_rng, calls=calls, vocab=vocab, batch=batch)
+            offsets = _reveal(phase, reveal_rng, calls=calls, vocab=vocab, batch=batch, seq=seq)
             records.update(engine.run(lambda slot: step(slot, lambda: sample(slot))))
             _check_round(outcome, slots, records, protocol, round_index=round_index, rng=check_rng, calls=calls,
                          length=seq if phase == "prefill" else 1, batch=batch, commit_seed=commit_seed, device=device,
@@ -484,11 +485,11 @@ def _judge_background(outcome: _PhaseOutcome, slots: dict[str, _Slot], ledger: m
     """CPU the optimized worker used outside its windows, round by round against the two trusted
     workers (the per-kernel audit's rule, runners.audit.kernel.judge_timing): while other workers
     were measured (`interference_abs_s`: after settling, a waiting worker is blocked), while it
-    should be idle (work between windows), and while it prepared the round. Prefill's `prepare` only derives
-    tokens: outputs precomputed for every window offset would show. Decode's runs the optimized
-    model's own prefill of each call's prompt, which an optimized model runs faster, not slower;
-    a table of next-token outputs built there (every token of a small vocabulary, each prompt)
-    costs many prefills more. Both are held to `prepare_cpu_slack` over the trusted workers.
+    should be idle (work between windows), and while it prepared the round. Prefill's `prepare` knows no
+    tokens (each window comes with its own request). Decode's runs the optimized model's own
+    prefill of the round's prompt, which an optimized model runs faster, not slower; a table of
+    next-token outputs built there can only serve the unbilled first call. Both are held to
+    `prepare_cpu_slack` over the trusted workers.
     Judged by the lower bound of a bootstrap CI of the median."""
     measured = slice(warmup, None)
     optimized = slots["optimized"].worker

@@ -10,20 +10,15 @@ import torch
 
 from runners import suite
 
-# Prefill inputs are views of a token pool this many positions longer than the sequence, at offsets
-# revealed only when the window opens: precomputing every possible output in `prepare` would cost
-# this many forwards more than an honest worker spends there, which the CPU ledger shows.
-POOL_SLACK = 64
-
-
 def round_tokens(phase: str, seed: int, *, vocab: int, calls: int, batch: int, seq: int) -> torch.Tensor:
-    """One round's token ids, one set per call: for prefill a [batch, seq + POOL_SLACK] pool each
-    call reads a window of, for decode the [batch, seq] prompt whose cache the new token extends.
+    """Decode's prompt: one [batch, seq] set per call, of which decode prefills the first (its
+    calls then extend that one cache, each by the token revealed with it).
 
     The parent draws `seed` per round and reveals it only in `prepare`; every worker of the round
-    derives the same tokens from it (as the per-kernel protocol derives its input pools). What each
-    call reads (the window's offset, decode's new token) the parent reveals only in `run`."""
-    width = seq + POOL_SLACK if phase == "prefill" else seq
+    derives the same tokens from it. Prefill has no such pool: each call's whole token window
+    travels in its own `step` request (a pool known in `prepare` let a worker precompute what does
+    not depend on the window's offset, such as the first layer's projections of every token)."""
+    width = seq
     rng = np.random.default_rng(suite.derive_seed(seed, phase, "tokens"))
     return torch.from_numpy(rng.integers(0, vocab, size=(calls, batch, width), dtype=np.int64))
 

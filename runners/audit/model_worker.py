@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from runners import checks
-from runners.audit.model_inputs import POOL_SLACK, commit_weights, round_tokens, row_commitments
+from runners.audit.model_inputs import commit_weights, round_tokens, row_commitments
 from runners.measure import candidate_fault
 from runners.modelload import decoder_inputs, load_model  # before transformers: it makes the hub offline
 from runners.sandbox.wire import WorkerFault
@@ -68,7 +68,6 @@ class ModelRunner:
         self.takes_mask = False
         self.phase = ""
         self.seq = 0
-        self.pool: torch.Tensor | None = None  # prefill: [calls, batch, seq + POOL_SLACK]
         self.caches: list[Any] = []  # decode: the round's one prefilled cache, which each step extends
         self.encoded: list[torch.Tensor] = []  # decode of an encoder-decoder: the prompt's encoder output
         self.decoded = 0  # decode: tokens appended to the cache since prepare
@@ -146,20 +145,20 @@ class ModelRunner:
 
     def op_prepare(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
         """The round's token sets; for decode, each prompt's cache, prefilled here outside the window."""
-        self.pool, self.caches, self.outputs, self.encoded = None, [], [], []
+        self.caches, self.outputs, self.encoded = [], [], []
         # Collections happen here, outside every timed window (automatic GC is off in workers);
         # freezing what survives keeps the next ones as cheap for a model that compiled on its
         # first call (dynamo's objects) as for the eager one, so preparing costs both alike.
         gc.collect()
         gc.freeze()
         self.phase, self.seq = str(header["phase"]), int(header["seq"])
-        batch = int(header["batch"])
-        tokens = round_tokens(self.phase, int(header["seed"]), vocab=int(header["vocab"]), calls=int(header["calls"]),
-                              batch=batch, seq=self.seq).to(self.device)
+        batch = self.batch = int(header["batch"])
         if self.phase == "prefill":
-            self.pool = tokens
+            # Nothing of the round's tokens: each call's window comes with its own request.
             self.mask = {**self._mask(batch, self.seq), **decoder_inputs(self.config, batch=batch, device=self.device)}
         elif self.phase == "decode":
+            tokens = round_tokens(self.phase, int(header["seed"]), vocab=int(header["vocab"]), calls=int(header["calls"]),
+                                  batch=batch, seq=self.seq).to(self.device)
             # One prompt, prefilled here; the sample's calls then decode one token after another over
             # its cache, as generation does, each call's token revealed with its own request. So every
             # call's input is the prompt plus tokens revealed one by one: only the first call's could
@@ -169,7 +168,7 @@ class ModelRunner:
             # decoder's next token over its cache and the kept encoder output (the encoder's mask
             # stays the prompt's). A decoder's step sees a mask one token longer than its cache.
             two_stacks = bool(getattr(self.config, "is_encoder_decoder", False))
-            self.encoded, self.decoded, self.batch = [], 0, batch
+            self.encoded, self.decoded = [], 0
             for index, prompt in enumerate(tokens[:1]):
                 out = self._forward({"input_ids": prompt, "use_cache": True, **self._mask(batch, self.seq),
                                      **decoder_inputs(self.config, batch=batch, device=self.device)},
@@ -196,15 +195,14 @@ class ModelRunner:
             torch.cuda.synchronize()
 
     def _call_inputs(self, item: list[int]) -> dict[str, Any]:
-        """One call's keyword arguments from what `run` reveals: [set, window offset] for prefill,
-        [set, new token per batch entry] for decode."""
+        """One call's keyword arguments from what its `step` reveals: [call, batch x seq token ids]
+        for prefill, [0, new token per batch entry] for decode."""
         index = int(item[0])
         if self.phase == "prefill":
-            assert self.pool is not None
-            start = int(item[1])
-            if not 0 <= start <= POOL_SLACK:
-                raise ValueError(f"window offset {start} outside the pool")
-            return {"input_ids": self.pool[index][:, start : start + self.seq], **self.mask}
+            if len(item) != 1 + self.batch * self.seq:
+                raise ValueError(f"a prefill step carries {self.batch} x {self.seq} token ids, got {len(item) - 1}")
+            ids = torch.tensor(item[1:], dtype=torch.long, device=self.device).view(self.batch, self.seq)
+            return {"input_ids": ids, **self.mask}
         if index != 0:
             raise ValueError(f"decode steps extend the round's one prompt (set 0), not set {index}")
         new = torch.tensor([int(t) for t in item[1:]], dtype=torch.long, device=self.device).view(-1, 1)
@@ -254,5 +252,5 @@ class ModelRunner:
         return {}, [out.detach().index_select(-2, positions).contiguous()]
 
     def op_release(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        self.pool, self.caches, self.outputs, self.weights, self.encoded = None, [], [], None, []
+        self.caches, self.outputs, self.weights, self.encoded = [], [], None, []
         return {}, []
