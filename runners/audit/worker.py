@@ -8,6 +8,7 @@ frozen); what this file reports only makes reasons clearer.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import importlib.util
@@ -85,6 +86,57 @@ def commit_weights(spec: WorkloadSpec, seed: int, *, device: str) -> list[torch.
     return weights
 
 
+class CallLane:
+    """The thread every CPU call runs in (checks, timed calls, probes alike, for every arm).
+
+    A thread other than the main one allocates from a glibc arena of its own, an mmap'd heap at a
+    64 MiB-aligned address, where the main thread's heap follows the program's break. With every
+    call's fresh outputs on the main heap, eight plain processes running the rmsnorm baseline
+    differed by 10-14% (SD) from each other and each kept its place; the same calls in one other
+    thread: 1-2%, with no process keeping its place (`benchmarks/process_bias.py`, variants plain
+    and one-thread, 2026-12-05). Started before any candidate code is loaded, after the lock-down
+    (so under the same seccomp filter and Landlock rules), named `dyno-calls` so the parent can
+    check the thread id the worker reports before it reads its scheduler statistics."""
+
+    NAME = b"dyno-calls"
+
+    def __init__(self) -> None:
+        import queue
+
+        self._inbox: Any = queue.SimpleQueue()
+        self._outbox: Any = queue.SimpleQueue()
+        self._threads = torch.get_num_threads()
+        self.tid = 0
+        started = threading.Event()
+        self._thread = threading.Thread(target=self._serve, args=(started,), name="dyno-calls", daemon=True)
+        self._thread.start()
+        started.wait()
+
+    def _serve(self, started: threading.Event) -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(15, ctypes.c_char_p(self.NAME), 0, 0, 0)  # PR_SET_NAME
+        self.tid = threading.get_native_id()
+        # OpenMP's thread count is per calling thread: this one gets the worker's, and its pool
+        # starts now, so threads a call starts are the candidate's.
+        torch.set_num_threads(self._threads)
+        torch.ones(1 << 16).mul(2).sum()
+        torch.ones(64, 64) @ torch.ones(64, 64)
+        started.set()
+        while True:
+            work = self._inbox.get()
+            try:
+                self._outbox.put((True, work()))
+            except BaseException as exc:  # handed back to the main thread, which raises it
+                self._outbox.put((False, exc))
+
+    def run(self, work: Callable[[], Any]) -> Any:
+        self._inbox.put(work)
+        ok, value = self._outbox.get()
+        if not ok:
+            raise value
+        return value
+
+
 def _heap_spacer() -> torch.Tensor:
     """A block of random size, held for one round, that shifts where the round's outputs land, so
     output placement is round-to-round noise rather than a per-process constant."""
@@ -118,6 +170,7 @@ class KernelWorker:
         self._done_map: mmap.mmap | None = None
         self.elsize = 1
         self.done_outputs = 0
+        self.lane = CallLane() if device == "cpu" else None
 
     def handle(self, op: str, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
         method = getattr(self, f"op_{op}", None)
@@ -156,7 +209,8 @@ class KernelWorker:
             self.views = [tuple(t.to(self.device) for t in views) for views in host]
         else:
             self.views = host
-        return {"base": base.data_ptr(), "nbytes": self.layout.nbytes, "stepped": self.done is not None}, []
+        return {"base": base.data_ptr(), "nbytes": self.layout.nbytes, "stepped": self.done is not None,
+                "calls_tid": self.lane.tid if self.lane is not None else os.getpid()}, []
 
     def op_load(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
         self.kernel = None
@@ -200,17 +254,31 @@ class KernelWorker:
         self.results, self.outputs, self.spacer = [], [], None
         if header.get("commit_seed") is not None:
             self.weights = commit_weights(self.spec, int(header["commit_seed"]), device=self.device)
-        if self.device == "cpu":
-            self.spacer = _heap_spacer()
         if self.device.startswith("cuda"):
             self._upload([int(slot) for slot in header["slots"]])
         calls = [self.views[int(slot)] for slot in header["slots"]]
         results: list[Any] = [None] * len(calls)
         reply: dict[str, Any] = {}
-        kernel = self.kernel
-        first = 0
         stepped = header.get("step_base") is not None and self.done is not None and not self.device.startswith("cuda")
         step_base = int(header["step_base"]) if stepped else None
+        body = lambda: self._run_calls(calls, results, reply, step_base)  # noqa: E731
+        reply["threads_left"] = self.lane.run(body) if self.lane is not None else body()
+        self.results = results  # alive until the next sample: the parent reads them from outside
+        reply.update(describe(results, expect_tuple=suite.returns_tuple(self.spec)))
+        if self.weights:
+            self.outputs = [list(r) if isinstance(r, (tuple, list)) else [r] for r in results]
+            reply["checksums"] = checksums(self.outputs, self.weights)
+        return reply, []
+
+    def _run_calls(self, calls: list[tuple[torch.Tensor, ...]], results: list[Any], reply: dict[str, Any],
+                   step_base: int | None) -> int:
+        """The sample's calls (in the call lane on CPU); returns how many Python threads started
+        after the first call are still running (counted from the thread that ran the calls)."""
+        kernel = self.kernel
+        assert kernel is not None
+        first = 0
+        if self.device == "cpu":
+            self.spacer = _heap_spacer()
         with torch.no_grad():
             try:
                 if not self.called and calls:
@@ -236,13 +304,7 @@ class KernelWorker:
                     reply.update(t0=t0, t1=t1, cpu_timed_ns=c1 - c0)
             except BaseException as exc:
                 raise candidate_fault(exc, during="a call") from None
-        reply["threads_left"] = len(checks.python_threads() - threads_before)
-        self.results = results  # alive until the next sample: the parent reads them from outside
-        reply.update(describe(results, expect_tuple=suite.returns_tuple(self.spec)))
-        if self.weights:
-            self.outputs = [list(r) if isinstance(r, (tuple, list)) else [r] for r in results]
-            reply["checksums"] = checksums(self.outputs, self.weights)
-        return reply, []
+        return len(checks.python_threads() - threads_before)
 
     def _await(self, number: int) -> None:
         """Spin until the parent's counter reads `number` (a blocked thread takes tens of

@@ -101,6 +101,8 @@ class Worker:
         self._closed = False
         self._mem_fd: int | None = None
         self._schedstat_fd: int | None = None
+        self.calls_tid: int | None = None  # the thread that runs the calls (KernelWorker's lane); the main thread when None
+        self._code_sent = False  # a `load` was sent: what the worker says from then on may be the candidate's
         self.frozen = False  # a request to a frozen worker thaws it first
 
     @property
@@ -111,7 +113,12 @@ class Worker:
         """Send one request and wait for its reply; failures of the worker raise SandboxError. A
         frozen worker is thawed first."""
         sent = self.send(op, **fields)
-        return self.receive(op, sent_ns=sent, deadline=time.monotonic() + timeout, timeout=timeout, max_reply_bytes=max_reply_bytes)
+        reply = self.receive(op, sent_ns=sent, deadline=time.monotonic() + timeout, timeout=timeout, max_reply_bytes=max_reply_bytes)
+        if op == "bind" and not self._code_sent:
+            # The thread that runs the calls, as the harness started it before any candidate code:
+            # its scheduler statistics give the run-queue wait that samples discount.
+            self.adopt_calls_thread(reply.header.get("calls_tid"))
+        return reply
 
     def send(self, op: str, **fields: Any) -> int:
         """The request half of `call`: returns when it was sent (perf_counter ns)."""
@@ -121,6 +128,8 @@ class Worker:
             raise SandboxError("harness.error", f"worker {self.pid} is closed")
         if self.frozen:
             self.thaw()
+        if op == "load":
+            self._code_sent = True
         sent = time.perf_counter_ns()
         try:
             send_message(self._sock, {"op": op, **fields})
@@ -298,14 +307,41 @@ class Worker:
             raise SandboxError("sandbox.protocol", f"worker {self.pid}: only {len(data)} of {nbytes} B readable at {address:#x}")
         return data
 
+    def adopt_calls_thread(self, tid: Any) -> bool:
+        """Read scheduler statistics from thread `tid` from now on: the thread the worker says runs
+        its calls, which must be a thread of this worker named `dyno-calls`. Once only, and meant
+        before any candidate code is loaded (the parent's `bind`); True when adopted."""
+        if self.calls_tid is not None or not isinstance(tid, int) or tid <= 0:
+            return False
+        # The worker names its thread in its own PID namespace; find it in ours (NSpid's last field).
+        found = None
+        try:
+            for entry in os.listdir(f"/proc/{self.pid}/task"):
+                task = Path(f"/proc/{self.pid}/task/{entry}")
+                status = (task / "status").read_text()
+                nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [entry])
+                if nspid and int(nspid[-1]) == tid and (task / "comm").read_text().strip() == "dyno-calls":
+                    found = int(entry)
+                    break
+        except (OSError, ValueError):
+            return False
+        if found is None or found == self.pid:
+            return False
+        self.calls_tid = found
+        if self._schedstat_fd is not None:
+            os.close(self._schedstat_fd)
+            self._schedstat_fd = None
+        return True
+
     def _main_thread_schedstat(self) -> tuple[int, int] | None:
-        """(CPU ns, run-queue wait ns) of the worker's main thread, the thread that runs the calls,
-        from /proc/PID/schedstat through a file kept open (one system call, cheap enough between
-        the calls of a stepped sample). Current while the thread is not running; None where the
-        kernel keeps no scheduler statistics."""
+        """(CPU ns, run-queue wait ns) of the thread that runs the calls (the worker's call lane, or
+        its main thread), from /proc/PID[/task/TID]/schedstat through a file kept open (one system
+        call, cheap enough between the calls of a stepped sample). Current while the thread is not
+        running; None where the kernel keeps no scheduler statistics or the thread is gone."""
         try:
             if self._schedstat_fd is None:
-                self._schedstat_fd = os.open(f"/proc/{self.pid}/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+                path = f"/proc/{self.pid}/task/{self.calls_tid}/schedstat" if self.calls_tid else f"/proc/{self.pid}/schedstat"
+                self._schedstat_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             fields = os.pread(self._schedstat_fd, 128, 0).split()
             return int(fields[0]), int(fields[1])
         except (OSError, ValueError, IndexError):

@@ -222,7 +222,7 @@ def test_it_takes_no_page_faults_per_sample_in_a_warm_worker_whatever_its_histor
         faults = []
         for worker in workers:
             counts = []
-            for _ in range(6):
+            for _ in range(10):  # calls run in a thread whose glibc arena warms over more samples than the main heap
                 before = _minor_faults(worker.pid)
                 _timed(worker, [0, 1, 2, 3], discount_preemption=False)
                 counts.append(_minor_faults(worker.pid) - before)
@@ -241,3 +241,21 @@ def test_it_takes_no_page_faults_per_sample_in_a_warm_worker_whatever_its_histor
 def _minor_faults(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as handle:
         return int(handle.read().rsplit(")", 1)[1].split()[7])
+
+
+def test_the_parent_reads_the_scheduler_statistics_of_the_thread_that_runs_the_calls(sandbox):
+    """Calls run in the worker's call lane (a thread of its own, so their fresh tensors come from a
+    glibc arena of its own); the parent adopts that thread at the first bind, before any candidate
+    code, and nothing the worker says later moves it."""
+    spec = suite.find_spec("cpu-ci", "rmsnorm")[0]
+    worker, _ = _bound(sandbox, spec, "baseline", suite.baseline_source(spec), 4)
+    try:
+        tid = worker.calls_tid
+        assert tid is not None and tid != worker.pid
+        assert open(f"/proc/{worker.pid}/task/{tid}/comm").read().strip() == "dyno-calls"
+        assert worker.adopt_calls_thread(worker.pid) is False and worker.calls_tid == tid
+        before = worker.main_thread_cpu_ns()
+        _timed(worker, [0, 1, 2, 3], discount_preemption=False)
+        assert worker.main_thread_cpu_ns() > before  # the lane ran the calls
+    finally:
+        worker.close()
