@@ -527,8 +527,11 @@ def _judge_background(outcome: _PhaseOutcome, slots: dict[str, _Slot], ledger: m
 
 
 # How many billed calls' worth the optimized worker's unbilled first call may take beyond what the
-# trusted workers' take (lower bound of a bootstrap CI of the median over rounds).
-UNBILLED_CALL_EXCESS = 1.0
+# trusted workers' take (lower bound of a bootstrap CI of the median over rounds). Honest artifacts
+# read below the trusted workers (the tiny Llama's compiled artifact 1.31-1.35 billed calls against
+# 1.42-1.48, 2026-12-05); a red team's table of every second token, finished in the first call,
+# needed 0.7 more and billed decode at 1.03-1.05x under the earlier limit of 1.
+UNBILLED_CALL_EXCESS = 0.25
 
 
 def _judge_unbilled_call(outcome: _PhaseOutcome, protocol: Protocol, *, seed: int) -> None:
