@@ -73,6 +73,17 @@ if variant == "reuse":
         return torch.mul(scratch, w, out=out)
 libc = ctypes.CDLL(None)
 held = None
+
+def turn():
+    """One untimed call, then the median of 5 timed ones; the last result stays alive."""
+    result = fn(*inputs)
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter_ns()
+        result = fn(*inputs)
+        times.append(time.perf_counter_ns() - t0)
+    return statistics.median(times), result
+
 if variant in ("arenas", "one-thread"):
     # Each turn's calls run in one of several threads, drawn at random: glibc gives each thread an
     # arena of its own, so a turn's fresh tensors come from one of several heaps.
@@ -83,13 +94,7 @@ if variant in ("arenas", "one-thread"):
         with torch.no_grad():
             while True:
                 inbox.get()
-                result = fn(*inputs)
-                times = []
-                for _ in range(5):
-                    t0 = time.perf_counter_ns()
-                    result = fn(*inputs)
-                    times.append(time.perf_counter_ns() - t0)
-                outbox.put((statistics.median(times), result))
+                outbox.put(turn())
     for _ in range(8 if variant == "arenas" else 1):
         inbox, outbox = queue.Queue(), queue.Queue()
         threading.Thread(target=lane, args=(inbox, outbox), daemon=True).start()
@@ -111,14 +116,9 @@ with torch.no_grad():
                 b.fill_(0)
             del blocks
         spacer = torch.empty(64 * secrets.randbelow(65), dtype=torch.uint8)
-        result = fn(*inputs)
-        times = []
-        for _ in range(5):
-            t0 = time.perf_counter_ns()
-            result = fn(*inputs)
-            times.append(time.perf_counter_ns() - t0)
+        median, result = turn()
         held = (spacer, result)
-        print(statistics.median(times), flush=True)
+        print(median, flush=True)
 '''
 
 VARIANTS = ("plain", "manual", "reuse", "thp", "deterministic", "refault", "arenas", "one-thread")

@@ -31,6 +31,7 @@ from runners.artifact import applier_source, artifact_document
 from runners.audit.model_inputs import commit_weights
 from runners.audit.model_sample import ModelSample, stepped_sample
 from runners.audit.rounds import Interference, Round, interference_excess
+from runners.audit.session import host_freezes
 from runners.measure import Protocol
 from runners.modelload import read_config
 from runners.sandbox import Sandbox, SandboxConfig, SandboxError, Worker
@@ -119,9 +120,8 @@ class _PhaseOutcome:
 
 
 def _freezes(sandbox: Sandbox, device: str) -> bool:
-    """Whether waiting arms are frozen between their samples: CPU on a host that accounts and
-    freezes a whole process tree (runners.audit.session.AuditSession.freezes)."""
-    return device == "cpu" and bool(sandbox.info().get("accounts_tree"))
+    """Whether waiting arms are frozen between their samples (as in kernel audits)."""
+    return host_freezes(sandbox, device)
 
 
 def _discounts(protocol: Protocol, worker: Worker, device: str) -> bool:

@@ -59,10 +59,9 @@ def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float
     problem: str | None = None
     try:
         bill_from = min(bill_from, max(len(items) - 1, 0))
-        wait_before = worker.runqueue_wait_ns() if discount and not bill_from else None
-        cpu_before = worker.cpu_ns() if not bill_from else 0
+        wait_before, cpu_before = None, 0
         for call, item in enumerate(items):
-            if call == bill_from and call:
+            if call == bill_from:  # the discount and the tree's CPU count from the first billed call
                 wait_before = worker.runqueue_wait_ns() if discount else None
                 cpu_before = worker.cpu_ns()
             reply = worker.call("step", timeout=timeout, call=call, item=list(item))

@@ -35,6 +35,12 @@ class Binding:
         return self.base, self.base + self.nbytes
 
 
+def host_freezes(sandbox: Sandbox, device: str) -> bool:
+    """Whether waiting workers can be frozen whole between their samples: CPU on a host that
+    accounts and freezes a whole process tree (kernel and whole-model audits alike)."""
+    return device == "cpu" and bool(sandbox.info().get("accounts_tree"))
+
+
 class AuditSession:
     """A sandbox plus trusted baseline workers, reused across specs and candidates."""
 
@@ -64,7 +70,7 @@ class AuditSession:
     def freezes(self) -> bool:
         """Whether outputs are read from frozen workers (CPU on a host that accounts and freezes a
         whole process tree); otherwise workers commit to checksums that are challenged."""
-        return self.device == "cpu" and bool(self.sandbox.info().get("accounts_tree"))
+        return host_freezes(self.sandbox, self.device)
 
     def _shared_dir(self) -> str:
         directory = getattr(self.sandbox, "shared_dir", None)
