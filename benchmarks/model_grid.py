@@ -128,8 +128,11 @@ def main() -> None:
             "decode: not audited (the decoder-only samples' context is 512, so no next token at seq 512;\n"
             "encoders have no decode). Decode figures dated before 2026-12-05 07:00 timed each call as one\n"
             "step over a cache of its own prompt; since then a decode sample is generation (one cache extended\n"
-            "call by call, billed from the second call), which a compiled model with static shapes meets as\n"
-            "a new shape every call: the tiny Llama's decode fell from 1.79x to 1.16x over eager.\n\n"
+            "call by call), which a compiled model with static shapes meets as a new shape every call: the\n"
+            "tiny Llama's decode fell from 1.79x to 1.16x over eager. Those were billed from a sample's second\n"
+            "call; figures after 2026-12-05 10:30 bill every call, the first carrying two tokens (one over a\n"
+            "state-space model's state, which still bills from the second; its steps no longer take the\n"
+            "whole sequence's mask).\n\n"
         )
         Path(args.out).write_text(header + text + "\n\n" + summary + "\n")
 

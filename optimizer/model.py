@@ -94,18 +94,25 @@ _MODEL_FAMILY = "model"
 # (masks decided outside the graph, long causal prefill in query blocks): the Llama sample at batch
 # 8 x seq 512, one thread, 51.8 ms against 73.4 ms for the default compile and 67.2 ms eager.
 FIXED_MODULES = "fixed-modules"
+# Every variant keeps torch.compile's automatic dynamic shapes (no `dynamic=False`): a prefill has
+# one shape per bucket and compiles once, while decode's cache grows by a token every step, and a
+# dimension seen at two sizes is compiled once more as symbolic. With `dynamic=False` every new
+# cache length recompiled until Dynamo's recompile limit, after which the forward ran eager behind
+# failing guards: generation-style decode of the Llama sample at batch 2 over a 64-token prompt,
+# one thread, in process, 1.63 ms a step against 1.04 eager; with automatic dynamic shapes 0.60
+# (default options) and 0.43 ms (cpp-wrapper).
 COMPILE_VARIANTS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("default", {"dynamic": False}),
-    ("freezing", {"dynamic": False, "options": {"freezing": True}}),
-    ("cpp-wrapper", {"dynamic": False, "options": {"cpp_wrapper": True}}),
-    ("freezing-cpp-wrapper", {"dynamic": False, "options": {"freezing": True, "cpp_wrapper": True}}),
-    ("cpp-wrapper-fixed-modules", {"dynamic": False, "options": {"cpp_wrapper": True}, "guards": FIXED_MODULES}),
+    ("default", {}),
+    ("freezing", {"options": {"freezing": True}}),
+    ("cpp-wrapper", {"options": {"cpp_wrapper": True}}),
+    ("freezing-cpp-wrapper", {"options": {"freezing": True, "cpp_wrapper": True}}),
+    ("cpp-wrapper-fixed-modules", {"options": {"cpp_wrapper": True}, "guards": FIXED_MODULES}),
     ("freezing-cpp-wrapper-fixed-modules",
-     {"dynamic": False, "options": {"freezing": True, "cpp_wrapper": True}, "guards": FIXED_MODULES}),
+     {"options": {"freezing": True, "cpp_wrapper": True}, "guards": FIXED_MODULES}),
     ("cpp-wrapper-fixed-modules-dyno-sdpa",
-     {"dynamic": False, "options": {"cpp_wrapper": True}, "guards": FIXED_MODULES, "attention": attention.POLICY}),
+     {"options": {"cpp_wrapper": True}, "guards": FIXED_MODULES, "attention": attention.POLICY}),
     ("freezing-cpp-wrapper-fixed-modules-dyno-sdpa",
-     {"dynamic": False, "options": {"freezing": True, "cpp_wrapper": True}, "guards": FIXED_MODULES,
+     {"options": {"freezing": True, "cpp_wrapper": True}, "guards": FIXED_MODULES,
       "attention": attention.POLICY}),
 )
 
@@ -623,20 +630,51 @@ def _cache_of(out: Any) -> Any:
     return None
 
 
-def example_decode_inputs(model: torch.nn.Module, inputs: dict[str, torch.Tensor], *, seed: int = 1
-                          ) -> Callable[[], dict[str, Any]] | None:
-    """For a model that generates with a key/value cache: a function returning one decode step's
-    keyword arguments, the example prompt prefilled afresh by the unmodified model on each call (a
-    step extends its cache in place) and one seeded new token per batch entry, as the end-to-end
-    audit's decode phase calls it. None for a model without a next-token step."""
+# Decode as the end-to-end audit times it (runners/audit/model_worker.py, which this module does not
+# import): generation over one prompt's cache, the first step appending two tokens per batch entry
+# over a key/value cache (one over a recurrent state), each later step one. The probe times this
+# many steps from a freshly prefilled prompt.
+DECODE_PROBE_STEPS = 4
+
+
+def _takes_several_tokens(cache: Any) -> bool:
+    """Whether a step may append several tokens to `cache` at once: only where every layer holds
+    keys and values (a state-space model's conv and scan state step one token at a time)."""
+    from transformers import cache_utils
+
+    recurrent = getattr(cache_utils, "LinearAttentionCacheLayerMixin", ())
+    layers = getattr(getattr(cache, "self_attention_cache", cache), "layers", None)
+    return bool(layers) and all(isinstance(layer, cache_utils.CacheLayerMixin) and not isinstance(layer, recurrent)
+                                for layer in layers)
+
+
+def _mask_on_cached_steps(model: torch.nn.Module) -> bool:
+    """Whether the model's own generation passes an attention mask on a step over its cache."""
+    try:
+        ids = torch.zeros(1, 2, dtype=torch.long, device=next(model.parameters()).device)
+        kwargs = model.prepare_inputs_for_generation(ids, attention_mask=torch.ones_like(ids), use_cache=True,
+                                                     is_first_iteration=False)
+    except Exception:
+        return True
+    return kwargs.get("attention_mask") is not None
+
+
+def example_decode_inputs(model: torch.nn.Module, inputs: dict[str, torch.Tensor], *, seed: int = 1,
+                          steps: int = DECODE_PROBE_STEPS) -> Callable[[], dict[str, Any]] | None:
+    """For a model that generates with a key/value cache: a function returning `{"steps": [...]}`,
+    the keyword arguments of `steps` consecutive decode steps over the example prompt's cache,
+    prefilled afresh by the unmodified model on each call (the steps extend it in place, so they
+    run in order, once), with seeded new tokens, as the end-to-end audit's decode sample calls the
+    model. None for a model without a next-token step."""
     params = inspect.signature(model.forward).parameters
     cache_arg = next((name for name in ("cache", "past_key_values") if name in params), None)
     if cache_arg is None or not model.can_generate():
         return None
     ids = inputs["input_ids"]
     batch, seq = ids.shape
-    new = torch.randint(0, model.config.vocab_size, (batch, 1), generator=torch.Generator().manual_seed(seed)).to(ids.device)
+    generator = torch.Generator().manual_seed(seed)
     two_stacks = bool(getattr(model.config, "is_encoder_decoder", False))
+    masked = "attention_mask" in params and _mask_on_cached_steps(model)
 
     def prepare() -> dict[str, Any]:
         with torch.no_grad():
@@ -644,18 +682,31 @@ def example_decode_inputs(model: torch.nn.Module, inputs: dict[str, torch.Tensor
         cache = _cache_of(out)
         if cache is None:
             raise ValueError(f"{type(model).__name__} returned no key/value cache with use_cache=True")
-        step: dict[str, Any] = {cache_arg: cache, "use_cache": True}
-        if two_stacks:  # the decoder's next token over the kept encoder output; the mask stays the prompt's
-            step.update(decoder_input_ids=new, encoder_outputs=(out.encoder_last_hidden_state,))
-            if "attention_mask" in inputs:
-                step["attention_mask"] = inputs["attention_mask"]
-        else:
-            step["input_ids"] = new
-            if "attention_mask" in params:
-                step["attention_mask"] = torch.ones(batch, seq + 1, dtype=torch.long, device=ids.device)
-        return step
+        first = 2 if _takes_several_tokens(cache) else 1
+        calls, length = [], seq
+        for index in range(steps):
+            count = first if index == 0 else 1
+            new = torch.randint(0, model.config.vocab_size, (batch, count), generator=generator).to(ids.device)
+            length += count
+            step: dict[str, Any] = {cache_arg: cache, "use_cache": True}
+            if two_stacks:  # the decoder's next tokens over the kept encoder output; the mask stays the prompt's
+                step.update(decoder_input_ids=new, encoder_outputs=(out.encoder_last_hidden_state,))
+                if "attention_mask" in inputs:
+                    step["attention_mask"] = inputs["attention_mask"]
+            else:
+                step["input_ids"] = new
+                if masked:
+                    step["attention_mask"] = torch.ones(batch, length, dtype=torch.long, device=ids.device)
+            calls.append(step)
+        generator.manual_seed(seed)  # every call prepares the same tokens
+        return {"steps": calls}
 
     return prepare
+
+
+def _generate(run: Callable[..., Any], steps: list[dict[str, Any]]) -> list[Any]:
+    """Run prepared decode steps in order (each extends the cache the previous one left)."""
+    return [run(**step) for step in steps]
 
 
 def example_model_inputs(model: torch.nn.Module, *, batch: int, seq: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -881,27 +932,30 @@ def _reuse_decision(decided: TuningEntry, key: TuningKey, verification: dict[str
 @dataclass
 class _Probe:
     """What every strategy is checked and timed on: the example prefill and, for a model that
-    generates, one decode step over the prompt's cache (prepared afresh, untimed, for each call)."""
+    generates, DECODE_PROBE_STEPS decode steps over the prompt's cache (prepared afresh, untimed,
+    for each call)."""
 
     inputs: dict[str, torch.Tensor]
     reference: torch.Tensor
     timer: Callable[..., float]
     decode: Callable[[], dict[str, Any]] | None = None
-    decode_reference: torch.Tensor | None = None
+    decode_reference: list[torch.Tensor] | None = None
 
     def check(self, run: Callable[..., Any]) -> dict[str, Any]:
-        """compare_outputs on the prefill, and on the decode step where there is one."""
+        """compare_outputs on the prefill, and on every decode step where there are any (the worst)."""
         check = compare_outputs(_main_output(run(**self.inputs)), self.reference)
         if self.decode is not None and self.decode_reference is not None:
-            step = compare_outputs(_main_output(run(**self.decode())), self.decode_reference)
-            check = {**check, "passed": bool(check["passed"] and step["passed"]), "decode": step}
+            outputs = _generate(run, self.decode()["steps"])
+            steps = [compare_outputs(_main_output(out), ref) for out, ref in zip(outputs, self.decode_reference)]
+            step = next((s for s in steps if not s["passed"]), steps[-1])
+            check = {**check, "passed": bool(check["passed"] and all(s["passed"] for s in steps)), "decode": step}
         return check
 
     def time(self, run: Callable[..., Any]) -> dict[str, float]:
-        """Estimated seconds per phase."""
+        """Estimated seconds per phase (decode: per step of a generation)."""
         times = {"prefill": self.timer(lambda: run(**self.inputs))}
         if self.decode is not None:
-            times["decode"] = self.timer(run, prepare=self.decode)
+            times["decode"] = self.timer(lambda steps: _generate(run, steps), prepare=self.decode) / DECODE_PROBE_STEPS
         return times
 
 
@@ -918,7 +972,7 @@ def _make_probe(model: torch.nn.Module, inputs: dict[str, torch.Tensor], referen
     try:
         probe.decode = example_decode_inputs(model, inputs)
         if probe.decode is not None:
-            probe.decode_reference = _main_output(model(**probe.decode()))
+            probe.decode_reference = [_main_output(out) for out in _generate(model, probe.decode()["steps"])]
     except Exception as exc:  # a model whose decode step the unmodified model cannot run: prefill only
         probe.decode = None
         notes.append(f"decode step not estimated ({type(exc).__name__}: {str(exc)[:200]}); strategies chosen on prefill")

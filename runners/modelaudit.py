@@ -67,9 +67,11 @@ FETCH_BYTES = 8 << 20
 # Reference points: the same model as something free to have would run it, measured in the same
 # rounds (trusted code in a worker of its own, never billed): what the artifact adds over it.
 REFERENCE_POINTS: dict[str, str] = {
-    # The forward compiled in place: the module keeps its class (generation, cache and config
-    # attributes), as a customer's torch.compile of the forward would.
-    "torch-compile": "import torch\n\ndef transform(model):\n    model.forward = torch.compile(model.forward, dynamic=False)\n    return model\n",
+    # The forward compiled in place with torch.compile's default settings: the module keeps its
+    # class (generation, cache and config attributes), as a customer's torch.compile of the forward
+    # would. (Until 2026-12-05 with dynamic=False, which recompiles decode at every cache length
+    # until Dynamo's limit and then runs eager: a reference weaker than what is free to have.)
+    "torch-compile": "import torch\n\ndef transform(model):\n    model.forward = torch.compile(model.forward)\n    return model\n",
 }
 
 METHOD = (
@@ -111,6 +113,8 @@ class _PhaseOutcome:
     meanwhile: dict[str, list[float]] = field(default_factory=dict)  # CPU while other workers were measured
     frozen_between_samples: bool = False
     unbilled_calls: dict[str, list[float]] = field(default_factory=dict)  # per round: unbilled windows / billed per-call time
+    first_tokens: int = 1  # decode: new tokens per batch entry in a sample's first call
+    bill_from: int = 0  # the first billed call of a sample
 
     def fail(self, reason: Reason, *, verdict: str = "rejected") -> None:
         if all(r.code != reason.code for r in self.reasons):  # one entry per code: the first says it
@@ -135,14 +139,24 @@ def _round_request(phase: str, seed: int, *, calls: int, vocab: int, batch: int,
             "commit_seed": commit_seed}
 
 
-def _reveal(phase: str, rng: np.random.Generator, *, calls: int, vocab: int, batch: int, seq: int) -> list[list[int]]:
+def _reveal(phase: str, rng: np.random.Generator, *, calls: int, vocab: int, batch: int, seq: int,
+            first_tokens: int = 1) -> list[list[int]]:
     """What each call of a sample reads, each sent with its own `step` (runners.audit.model_sample):
-    the set, then prefill's whole token window (batch x seq ids, row by row) or decode's new token
-    per batch entry."""
+    the set, then prefill's whole token window (batch x seq ids, row by row) or decode's new tokens
+    per batch entry: `first_tokens` with the first call, one with each later call."""
     if phase == "prefill":
         return [[call, *(int(t) for t in rng.integers(0, vocab, size=batch * seq))] for call in range(calls)]
-    # Decode: every call extends the round's one prompt (set 0) by the token revealed with it.
-    return [[0, *(int(t) for t in rng.integers(0, vocab, size=batch))] for _ in range(calls)]
+    # Decode: every call extends the round's one prompt (set 0) by the tokens revealed with it.
+    return [[0, *(int(t) for t in rng.integers(0, vocab, size=batch * (first_tokens if call == 0 else 1)))]
+            for call in range(calls)]
+
+
+def _decode_bills_from(phase: str, first_tokens: int) -> int:
+    """The first billed call of a sample. Decode's first call over a recurrent state carries one
+    token on the prompt's state, which a worker could have tabulated while preparing (every next
+    token's outputs): it is timed and judged (`_judge_unbilled_call`), not billed. Over a key/value
+    cache the first call carries two tokens and every call is billed."""
+    return 1 if phase == "decode" and first_tokens < 2 else 0
 
 
 def audit_model_forward(
@@ -338,20 +352,25 @@ def _errored(outcome: _PhaseOutcome, exc: SandboxError) -> None:
 
 
 def _calibrate(worker: Worker, protocol: Protocol, *, phase: str, vocab: int, batch: int, seq: int,
-               seed: int, device: str) -> tuple[int, float]:
-    """Calls per sample so that the baseline's sample lasts about `target_sample_s`."""
+               seed: int, device: str) -> tuple[int, float, int]:
+    """Calls per sample so that the baseline's sample lasts about `target_sample_s`, the baseline's
+    per-call time, and how many tokens decode's first call carries (the trusted baseline's answer:
+    runners.audit.model_worker)."""
     timeout = protocol.first_call_timeout_s
     discount = _discounts(protocol, worker, device)
-    worker.call("prepare", timeout=timeout, **_round_request(phase, suite.derive_seed(seed, "calibrate"), calls=3,
-                                                             vocab=vocab, batch=batch, seq=seq, commit_seed=0))
-    reveal = _reveal(phase, np.random.default_rng(suite.derive_seed(seed, "calibrate-reveal")), calls=3, vocab=vocab, batch=batch, seq=seq)
+    reply = worker.call("prepare", timeout=timeout, **_round_request(phase, suite.derive_seed(seed, "calibrate"), calls=3,
+                                                                     vocab=vocab, batch=batch, seq=seq, commit_seed=0))
+    first_tokens = int(reply.header.get("first_step_tokens") or 1) if phase == "decode" else 1
+    reveal = _reveal(phase, np.random.default_rng(suite.derive_seed(seed, "calibrate-reveal")), calls=3, vocab=vocab,
+                     batch=batch, seq=seq, first_tokens=first_tokens)
     stepped_sample(worker, reveal[:1], timeout=timeout, discount=discount)
     per_call = stepped_sample(worker, reveal[1:], timeout=timeout, discount=discount).per_call_s
     worker.call("release", timeout=timeout)
     calls = max(1, min(MAX_CALLS_PER_SAMPLE, protocol.max_calls, math.ceil(protocol.target_sample_s / per_call)))
-    # A decode sample bills from its second call (its first one's input could be tabulated from the
-    # prompt while preparing), so it has at least two, and one more call to bill for the one it does not.
-    return (max(2, calls + 1) if phase == "decode" else calls), per_call
+    # A sample that does not bill its first call has at least two, and one more for the one it does not bill.
+    if _decode_bills_from(phase, first_tokens):
+        calls = max(2, calls + 1)
+    return calls, per_call, first_tokens
 
 
 def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slot], protocol: Protocol, *, phase: str,
@@ -361,9 +380,10 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
     workers = [slot.worker for slot in slots.values()]
     try:
         progress(0.0, f"end to end {phase}: calibrating")
-        calls, per_call = _calibrate(slots["baseline"].worker, protocol, phase=phase, vocab=vocab, batch=batch,
-                                     seq=seq, seed=seed, device=device)
-        outcome.calls = calls
+        calls, per_call, first_tokens = _calibrate(slots["baseline"].worker, protocol, phase=phase, vocab=vocab,
+                                                   batch=batch, seq=seq, seed=seed, device=device)
+        outcome.calls, outcome.first_tokens = calls, first_tokens
+        bill_from = outcome.bill_from = _decode_bills_from(phase, first_tokens)
         timeout = max(protocol.call_timeout_floor_s, protocol.call_timeout_factor * per_call * calls)
         # Everything a worker could precompute or time its behaviour by (the arms' order, each
         # round's tokens, what each call reveals, the commitment weights) and which calls and
@@ -423,7 +443,7 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
             def sample(slot: _Slot) -> ModelSample:
                 ledger.enter(slot.worker, "window")
                 record = stepped_sample(slot.worker, offsets, timeout=limit, discount=_discounts(protocol, slot.worker, device),
-                                        bill_from=1 if phase == "decode" else 0)
+                                        bill_from=bill_from)
                 if freezes:
                     slot.worker.freeze()  # until its next request (the round's checks) thaws it
                 ledger.enter(slot.worker, "idle")
@@ -432,11 +452,10 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
             records: dict[str, ModelSample] = {}
             for slot in list(ordered):
                 step(slot, lambda slot=slot: prepare(slot))
-            offsets = _reveal(phase, reveal_rng, calls=calls, vocab=vocab, batch=batch, seq=seq)
+            offsets = _reveal(phase, reveal_rng, calls=calls, vocab=vocab, batch=batch, seq=seq, first_tokens=first_tokens)
             records.update(engine.run(lambda slot: step(slot, lambda: sample(slot))))
             _check_round(outcome, slots, records, protocol, round_index=round_index, rng=check_rng, calls=calls,
-                         length=seq if phase == "prefill" else 1, batch=batch, commit_seed=commit_seed, device=device,
-                         timeout=limit, compare_aa=round_index == 0)
+                         batch=batch, commit_seed=commit_seed, device=device, timeout=limit, compare_aa=round_index == 0)
             for slot in list(ordered):
                 step(slot, lambda slot=slot: slot.worker.call("release", timeout=limit))
                 if freezes and slot in ordered:
@@ -558,8 +577,13 @@ def _fetch(worker: Worker, call: int, positions: list[int], timeout: float) -> t
     return reply.tensors[0] if len(reply.tensors) == 1 else None
 
 
+def _described(meta: Any) -> list[dict[str, Any]] | None:
+    """A worker's description of one call's outputs, if it is one (a list of dicts)."""
+    return meta if isinstance(meta, list) and all(isinstance(item, dict) for item in meta) else None
+
+
 def _check_round(outcome: _PhaseOutcome, slots: dict[str, _Slot], records: dict[str, ModelSample], protocol: Protocol, *,
-                 round_index: int, rng: np.random.Generator, calls: int, length: int, batch: int, commit_seed: int,
+                 round_index: int, rng: np.random.Generator, calls: int, batch: int, commit_seed: int,
                  device: str, timeout: float, compare_aa: bool) -> None:
     """Judge the optimized worker's timed calls of one round against the baseline's, on outputs fetched
     after the window closed: the timer, the cores, the outputs' kind, values and commitments."""
@@ -570,29 +594,34 @@ def _check_round(outcome: _PhaseOutcome, slots: dict[str, _Slot], records: dict[
     widened = slots["optimized"].worker.cpus_widened()
     if widened:
         outcome.fail(Reason("integrity.cpus_widened", f"{where}: the optimized model's threads may run on core(s) {widened}"))
-    base_meta = records["baseline"].meta
-    if not base_meta or not base_meta[0].get("exact_tensor"):
-        raise ModelAuditError(f"{where}: the baseline model returned no tensor output ({base_meta})")
-    shape, dtype = tuple(base_meta[0]["shape"]), str(base_meta[0]["dtype"])
-    # The rows each call answers, as the trusted baseline answered them: the sequence for a decoder's
-    # prefill, one for a decode step or an encoder-decoder's first decoder step.
-    length = shape[-2] if len(shape) >= 2 else length
-    problems = checks.check_output_meta(record.meta, expected_shapes=[shape], dtype=dtype,
-                                        device_type=torch.device(device).type, where=where)
-    if record.inconsistent:
-        problems.append(Reason("correctness.timed_output_mismatch", f"{where}: calls {record.inconsistent[:5]} returned a different kind of output than call 0"))
+    base_metas = [_described(meta) for meta in records["baseline"].metas]
+    if len(base_metas) != calls or not all(meta and meta[0].get("exact_tensor") for meta in base_metas):
+        raise ModelAuditError(f"{where}: the baseline model returned no tensor output ({records['baseline'].metas[:1]})")
+    # Each call's rows as the trusted baseline answered them: the sequence for a decoder's prefill,
+    # the new tokens of a decode step (two in decode's first call over a key/value cache, one after).
+    shapes = [tuple(meta[0]["shape"]) for meta in base_metas]
+    dtype = str(base_metas[0][0]["dtype"])
+    mine = [_described(meta) for meta in record.metas] + [None] * (calls - len(record.metas))
+    device_type = torch.device(device).type
+    problems = checks.check_output_meta(mine[0], expected_shapes=[shapes[0]], dtype=dtype, device_type=device_type, where=where)
+    off = [call for call in range(1, calls)
+           if checks.check_output_meta(mine[call], expected_shapes=[shapes[call]], dtype=dtype, device_type=device_type, where=where)]
+    if off:
+        problems.append(Reason("correctness.timed_output_mismatch", f"{where}: calls {off[:5]} returned a different kind of output than the baseline's"))
     for reason in problems:
         outcome.fail(reason)
     if problems:
         return
     atol, rtol = FORWARD_TOLERANCE.get(dtype, FORWARD_TOLERANCE["float32"])
     outcome.tolerance = (atol, rtol)
-    width = shape[-1]
+    width = shapes[0][-1]
     elsize = torch.empty((), dtype=getattr(torch, dtype, torch.float32)).element_size()
-    rows = max(1, min(length, FETCH_BYTES // max(1, batch * width * elsize)))
     weights = commit_weights(commit_seed, width)
     claimed_all = record.checksums
     for call in sorted(int(c) for c in rng.choice(calls, size=min(protocol.verify_per_round, calls), replace=False)):
+        shape = shapes[call]
+        length = shape[-2] if len(shape) >= 2 else 1
+        rows = max(1, min(length, FETCH_BYTES // max(1, batch * width * elsize)))
         positions = sorted(int(p) for p in rng.choice(length, size=rows, replace=False))
         reference = _fetch(slots["baseline"].worker, call, positions, timeout)
         output = _fetch(slots["optimized"].worker, call, positions, timeout)
@@ -685,7 +714,7 @@ def _entry(outcome: _PhaseOutcome, protocol: Protocol, *, batch: int, seq: int, 
         "calls_per_sample": outcome.calls,
         "billable": bool(accepted and stable and speed is not None and speed.low > 1.0),
         "inputs": {"batch": batch, "seq": seq} if outcome.phase == "prefill"
-        else {"batch": batch, "cache_tokens": seq, "new_tokens": 1},
+        else {"batch": batch, "cache_tokens": seq, "new_tokens": 1, "first_call_new_tokens": outcome.first_tokens},
         "correctness": {
             "passed": outcome.verdict != "error" and not any(r.code.startswith("correctness.") for r in outcome.reasons),
             "checked_calls": outcome.checked, "max_abs_err": fin(outcome.max_abs_err),
@@ -698,6 +727,6 @@ def _entry(outcome: _PhaseOutcome, protocol: Protocol, *, batch: int, seq: int, 
         "notes": outcome.notes,
         "cpu_while_others_measured_s": {label: fin(sum(v) / len(v)) for label, v in outcome.meanwhile.items() if v},  # mean per round
         "frozen_between_samples": outcome.frozen_between_samples,
-        "billed_from_call": 1 if outcome.phase == "decode" else 0,
+        "billed_from_call": outcome.bill_from,
         "unbilled_call_per_billed_call": {label: fin(stats.median(v)) for label, v in outcome.unbilled_calls.items() if v},
     }

@@ -32,8 +32,7 @@ class ModelSample:
     cpu_run_ns: int  # the kernel's count for the worker's whole tree over the sample
     clock_problem: str | None  # the worker's timestamps do not fit the parent's windows (a lie, judged)
     checksums: list[list[float]]
-    meta: list[dict[str, Any]] | None  # call 0's outputs, described
-    inconsistent: list[int]  # calls whose outputs differ in kind from call 0's
+    metas: list[Any]  # each call's outputs, described (checks.inspect_outputs), as the worker said
     windows_ns: list[int] = field(default_factory=list)
     unbilled_ns: int = 0  # the windows of calls before the first billed one (decode: call 0)
 
@@ -86,7 +85,6 @@ def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float
         effective = max(total - max(0, wait_after - wait_before), min(cpu_run, total))
     calls = len(items)
     billed_calls = len(windows_billed)
-    first = metas[0] if metas and isinstance(metas[0], list) else None
     return ModelSample(
         calls=calls,
         per_call_s=max(effective / 1e9 / max(billed_calls, 1), 1e-12),
@@ -95,8 +93,7 @@ def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float
         cpu_run_ns=cpu_run,
         clock_problem=problem,
         checksums=checksums,
-        meta=first,
-        inconsistent=[i for i, meta in enumerate(metas) if meta != metas[0]],
+        metas=metas,
         windows_ns=windows,
         unbilled_ns=unbilled,
     )

@@ -55,6 +55,41 @@ def _cache_of(out: Any) -> Any:
     return None
 
 
+# Decode's first timed call carries this many new tokens per batch entry where the model's cache is
+# keys and values (runners.modelaudit._reveal): every later call's input is that call's cache plus
+# its own token, and the first call's is the prompt's cache plus two tokens revealed with it. A
+# table of the first call's outputs would have vocabulary-squared entries; one over its first token
+# (vocabulary-many, buildable from the prompt alone) spares only the second token's share of a
+# two-token step, which over a cache costs about what a one-token step does.
+_FIRST_STEP_TOKENS = 2
+
+
+def _takes_several_tokens(cache: Any) -> bool:
+    """Whether a decode step may append several tokens to `cache` at once: only where every layer
+    holds keys and values. A recurrent layer (a state-space model's conv and scan state) steps one
+    token at a time in transformers (a longer step there restarts the scan from zero)."""
+    from transformers import cache_utils
+
+    recurrent = getattr(cache_utils, "LinearAttentionCacheLayerMixin", ())
+    inner = getattr(cache, "self_attention_cache", cache)  # an encoder-decoder's decoder cache
+    layers = getattr(inner, "layers", None)
+    return bool(layers) and all(isinstance(layer, cache_utils.CacheLayerMixin) and not isinstance(layer, recurrent)
+                                for layer in layers)
+
+
+def _mask_on_cached_steps(model: Any) -> bool:
+    """Whether the model's own generation passes an attention mask on a step over its cache
+    (decoders with attention do; a state-space model's drops it). Asked of the model itself, so
+    that each arm's decode is called as generation calls it."""
+    try:
+        ids = torch.zeros(1, 2, dtype=torch.long, device=next(model.parameters()).device)
+        kwargs = model.prepare_inputs_for_generation(ids, attention_mask=torch.ones_like(ids), use_cache=True,
+                                                     is_first_iteration=False)
+    except Exception:  # a model without generation's helpers: keep the mask
+        return True
+    return kwargs.get("attention_mask") is not None
+
+
 class ModelRunner:
     """Loads one model (optionally with an artifact applied) and times its forward on the parent's tokens.
 
@@ -71,6 +106,8 @@ class ModelRunner:
         self.caches: list[Any] = []  # decode: the round's one prefilled cache, which each step extends
         self.encoded: list[torch.Tensor] = []  # decode of an encoder-decoder: the prompt's encoder output
         self.decoded = 0  # decode: tokens appended to the cache since prepare
+        self.pending = 0  # decode: tokens the step being timed appends
+        self.step_mask = True  # decode steps of a decoder pass the attention mask (generation's convention)
         self.batch = 0
         self.mask: dict[str, torch.Tensor] = {}
         self.weights: torch.Tensor | None = None
@@ -119,6 +156,7 @@ class ModelRunner:
         elif self.cache_arg is None:
             decode_note = f"{type(model).__name__}.forward takes no key/value cache"
         self.model, self.config = model, config  # the config as loaded: a transform cannot change it
+        self.step_mask = self.takes_mask and _mask_on_cached_steps(model)
         # Whatever loading built stays; collections in `prepare` then only see the round's objects.
         gc.collect()
         gc.freeze()
@@ -159,14 +197,16 @@ class ModelRunner:
         elif self.phase == "decode":
             tokens = round_tokens(self.phase, int(header["seed"]), vocab=int(header["vocab"]), calls=int(header["calls"]),
                                   batch=batch, seq=self.seq).to(self.device)
-            # One prompt, prefilled here; the sample's calls then decode one token after another over
-            # its cache, as generation does, each call's token revealed with its own request. So every
-            # call's input is the prompt plus tokens revealed one by one: only the first call's could
-            # be tabulated here (every next token over the prompt's cache), and the parent bills
-            # decode samples from their second call (runners.audit.model_sample). An
-            # encoder-decoder's prompt goes through the encoder once, here; each step is the
-            # decoder's next token over its cache and the kept encoder output (the encoder's mask
-            # stays the prompt's). A decoder's step sees a mask one token longer than its cache.
+            # One prompt, prefilled here; the sample's calls then decode over its cache, as
+            # generation does, each call's tokens revealed with its own request: two with the first
+            # call over a key/value cache, one with every later call (_FIRST_STEP_TOKENS). So no
+            # call's input can be tabulated here: the parent bills every call. Over a recurrent
+            # state the first call carries one token, which could be (every next token over the
+            # prompt's state), and the parent bills from the second call
+            # (runners.modelaudit._decode_bills_from). An encoder-decoder's prompt goes through the
+            # encoder once, here; each step is the decoder's next tokens over its cache and the kept
+            # encoder output (the encoder's mask stays the prompt's). A decoder's step sees a mask as
+            # long as its cache and its new tokens where its generation passes one.
             two_stacks = bool(getattr(self.config, "is_encoder_decoder", False))
             self.encoded, self.decoded = [], 0
             for index, prompt in enumerate(tokens[:1]):
@@ -177,6 +217,7 @@ class ModelRunner:
                 if cache is None:
                     raise WorkerFault("harness.error", "the model returned no key/value cache with use_cache=True")
                 self.caches.append(cache)
+                first_tokens = _FIRST_STEP_TOKENS if _takes_several_tokens(cache) else 1
                 if two_stacks:
                     encoded = getattr(out, "encoder_last_hidden_state", None)
                     if not isinstance(encoded, torch.Tensor):
@@ -188,7 +229,9 @@ class ModelRunner:
         self.commit_seed = int(header["commit_seed"])
         self.weights = None
         self._sync()
-        return {}, []
+        # Decode: how many tokens the sample's first step may carry (the trusted baseline's answer
+        # is the one the parent uses): two over a key/value cache, one over a recurrent state.
+        return ({"first_step_tokens": first_tokens} if self.phase == "decode" else {}), []
 
     def _sync(self) -> None:
         if self.device.startswith("cuda"):
@@ -205,14 +248,19 @@ class ModelRunner:
             return {"input_ids": ids, **self.mask}
         if index != 0:
             raise ValueError(f"decode steps extend the round's one prompt (set 0), not set {index}")
-        new = torch.tensor([int(t) for t in item[1:]], dtype=torch.long, device=self.device).view(-1, 1)
+        count, rest = divmod(len(item) - 1, self.batch)
+        if count < 1 or rest:
+            raise ValueError(f"a decode step carries a whole number of tokens per batch entry ({self.batch}), got {len(item) - 1} ids")
+        new = torch.tensor([int(t) for t in item[1:]], dtype=torch.long, device=self.device).view(self.batch, count)
+        self.pending = count
         assert self.cache_arg is not None
         if self.encoded:
             return {"decoder_input_ids": new, "encoder_outputs": (self.encoded[0],), self.cache_arg: self.caches[0],
                     "use_cache": True, **self.mask}
-        # The cache holds the prompt and every token decoded since prepare.
-        return {"input_ids": new, self.cache_arg: self.caches[0], "use_cache": True,
-                **self._mask(self.batch, self.seq + self.decoded + 1)}
+        # The cache holds the prompt and every token decoded since prepare; the mask covers those and
+        # the step's own, where the model's generation passes one on cached steps.
+        mask = self._mask(self.batch, self.seq + self.decoded + count) if self.step_mask else {}
+        return {"input_ids": new, self.cache_arg: self.caches[0], "use_cache": True, **mask}
 
     def op_step(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
         """One timed call on the inputs this request reveals, and the commitment to its outputs.
@@ -235,7 +283,7 @@ class ModelRunner:
                 raise candidate_fault(exc, during="a timed forward", code="sandbox.candidate_exception") from None
         self._sync()  # device-wide: work left on other streams lands inside the window
         if self.phase == "decode":
-            self.decoded += 1
+            self.decoded += self.pending
         _, meta = checks.inspect_outputs(out, [], expect_tuple=False)
         sums: list[float] = []
         if type(out) is torch.Tensor and out.dim() >= 1:

@@ -13,6 +13,7 @@ import torch
 import optimizer
 from optimizer.model import (
     ARTIFACT_SCHEMA,
+    DECODE_PROBE_STEPS,
     FALLBACK,
     ArtifactMismatch,
     OptimizationArtifact,
@@ -34,14 +35,15 @@ def scripted_timer(*estimates: float, decode: dict[int, float] | None = None):
     """Stands in for the quick timer: runs the candidate once and returns the next prefill estimate
     (optimize_model times the baseline first, then the patched model, then each whole-model
     compile variant followed by the baseline again);
-    a strategy's decode step gets its prefill estimate, or `decode[i]` for the i-th strategy."""
+    a strategy's decode step gets its prefill estimate, or `decode[i]` for the i-th strategy (the
+    timer times a DECODE_PROBE_STEPS-step generation; the probe divides)."""
     it = iter(estimates)
     seen: list[float] = []
 
     def timer(fn, prepare=None):
         if prepare is not None:
             fn(**prepare())
-            return (decode or {}).get(len(seen) - 1, seen[-1])
+            return (decode or {}).get(len(seen) - 1, seen[-1]) * DECODE_PROBE_STEPS
         fn()
         seen.append(next(it))
         return seen[-1]
@@ -289,7 +291,7 @@ def test_it_tries_whole_model_compile_configurations_and_applies_the_fastest(mod
                               variants=["freezing-cpp-wrapper", "default"], timer=scripted_timer(0.45, 0.6, 2.0, 0.5, 1.0))
     assert artifact.strategy == Strategy.COMPILE and artifact.verification[Strategy.COMPILE]["passed"]
     assert artifact.verification[Strategy.COMPILE]["variant"] == "freezing-cpp-wrapper"
-    assert artifact.compile == {"dynamic": False, "options": {"freezing": True, "cpp_wrapper": True}}
+    assert artifact.compile == {"options": {"freezing": True, "cpp_wrapper": True}}
     assert artifact.estimates["compile_variants"] == {"default": 0.6, "freezing-cpp-wrapper": 0.5}
     assert artifact.estimates["compile_variants_baseline"] == {"default": 2.0, "freezing-cpp-wrapper": 1.0}
     # The record says what the choice compared: the median of eager's three estimates, and the
@@ -333,19 +335,36 @@ def test_a_strategy_that_wins_prefill_and_loses_decode_is_not_chosen(models):
     assert cache.get(key).speedup_estimate == pytest.approx(1.25)
 
 
-def test_the_decode_step_extends_a_fresh_prompt_cache_on_every_call(models):
+def test_the_decode_probe_is_a_generation_over_a_fresh_prompt_cache_on_every_call(models):
+    # As the end-to-end audit's decode sample: over a key/value cache the first step appends two
+    # tokens, each later step one, the mask covering the cache and the step's tokens.
     from optimizer.model import example_decode_inputs
 
     model = load_model(models["llama"])
     inputs = example_model_inputs(model, batch=2, seq=8, seed=3)
     prepare = example_decode_inputs(model, inputs)
-    first, second = prepare(), prepare()
-    assert first["input_ids"].shape == (2, 1) and first["attention_mask"].shape == (2, 9)
-    assert first["cache"] is not second["cache"] and first["cache"].get_seq_length() == 8
+    first, second = prepare()["steps"], prepare()["steps"]
+    assert len(first) == DECODE_PROBE_STEPS
+    assert [s["input_ids"].shape for s in first] == [(2, 2)] + [(2, 1)] * (DECODE_PROBE_STEPS - 1)
+    assert [s["attention_mask"].shape[1] for s in first] == [10 + i for i in range(DECODE_PROBE_STEPS)]
+    assert first[0]["cache"] is not second[0]["cache"] and first[0]["cache"].get_seq_length() == 8
     with torch.no_grad():
-        a, b = model(**first).logits, model(**second).logits
-    assert a.shape == (2, 1, model.config.vocab_size) and torch.equal(a, b)
+        a = [model(**step).logits for step in first]
+        b = [model(**step).logits for step in second]
+    assert first[0]["cache"].get_seq_length() == 8 + 1 + DECODE_PROBE_STEPS
+    assert a[0].shape == (2, 2, model.config.vocab_size) and all(torch.equal(x, y) for x, y in zip(a, b))
     assert example_decode_inputs(load_model(models["bert"]), example_model_inputs(load_model(models["bert"]), batch=1, seq=4)) is None
+
+
+def test_the_decode_probe_of_a_state_space_model_steps_one_token_without_a_mask(tmp_path):
+    # Its cached steps take one token (transformers restarts the scan on a longer one) and its
+    # generation passes no attention mask on them.
+    from optimizer.model import example_decode_inputs
+
+    model = load_model(write_sample_model(tmp_path / "mamba", "mamba"))
+    steps = example_decode_inputs(model, example_model_inputs(model, batch=2, seq=8))()["steps"]
+    assert [s["input_ids"].shape for s in steps] == [(2, 1)] * DECODE_PROBE_STEPS
+    assert all("attention_mask" not in s for s in steps)
 
 
 def test_compile_options_translate_the_guard_policy_and_refuse_an_unknown_one():
@@ -354,7 +373,7 @@ def test_compile_options_translate_the_guard_policy_and_refuse_an_unknown_one():
     stored = {"dynamic": False, "options": {"cpp_wrapper": True}, "guards": FIXED_MODULES}
     assert compile_kwargs(stored) == {"dynamic": False, "options": {"cpp_wrapper": True, "guard_filter_fn": _fixed_module_guards}}
     assert stored["options"] == {"cpp_wrapper": True}  # the stored configuration is not altered
-    assert compile_kwargs({"dynamic": False}) == {"dynamic": False}
+    assert compile_kwargs({}) == {}
     with pytest.raises(ArtifactMismatch, match="unknown guard policy 'none'"):
         compile_kwargs({"dynamic": False, "guards": "none"})
 

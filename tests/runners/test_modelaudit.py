@@ -73,7 +73,10 @@ def test_it_audits_prefill_and_decode_of_a_llama_with_an_aa_control(llama_report
         assert phase["correctness"]["passed"] and phase["correctness"]["max_abs_err"] == 0.0
         assert phase["correctness"]["checked_calls"] >= ROUNDS
         assert (phase["correctness"]["atol"], phase["correctness"]["rtol"]) == FORWARD_TOLERANCE["float32"]
-    assert _phase(llama_report, "decode")["inputs"] == {"batch": BATCH, "cache_tokens": SEQ, "new_tokens": 1}
+    decode = _phase(llama_report, "decode")
+    # Over a key/value cache decode's first call carries two new tokens and every call is billed.
+    assert decode["inputs"] == {"batch": BATCH, "cache_tokens": SEQ, "new_tokens": 1, "first_call_new_tokens": 2}
+    assert decode["billed_from_call"] == 0 and decode["unbilled_call_per_billed_call"] == {}
     assert llama_report["protocol"]["threads"] == 1 and llama_report["protocol"]["discount_preemption"]
 
 
@@ -213,21 +216,22 @@ def op_prepare(self, header, tensors):
     self.table = None
     if self.phase == "decode":
         vocab = int(header["vocab"])
-        tokens = round_tokens("decode", int(header["seed"]), vocab=vocab, calls=int(header["calls"]),
-                              batch=int(header["batch"]), seq=self.seq)
-        with torch.no_grad():
-            self.table = [[mw._logits(self.model(input_ids=torch.cat([prompt.expand(vocab, -1), torch.arange(vocab).view(-1, 1)], 1)))[:, -1, :]
-                           for prompt in prompts] for prompts in tokens]
+        prompts = round_tokens("decode", int(header["seed"]), vocab=vocab, calls=int(header["calls"]),
+                               batch=int(header["batch"]), seq=self.seq)[0]
+        with torch.no_grad():  # every one-token continuation of each batch entry's prompt
+            self.table = [mw._logits(self.model(input_ids=torch.cat([prompt.expand(vocab, -1), torch.arange(vocab).view(-1, 1)], 1)))[:, -1, :]
+                          for prompt in prompts]
     return reply
 
 def op_step(self, header, tensors):
-    if self.table is None:
+    if self.table is None or int(header["call"]) != 0:
         return _step(self, header, tensors)
-    if int(header["call"]) == 0:
-        self.outputs = []
+    self.outputs = []
     item = list(header["item"])
     t0 = time.perf_counter_ns()
-    out = torch.stack([self.table[item[0]][b][t] for b, t in enumerate(item[1:])]).unsqueeze(1)
+    # The first call answered from the table: the first new token of each batch entry.
+    per_entry = (len(item) - 1) // self.batch
+    out = torch.stack([self.table[b][item[1 + b * per_entry]] for b in range(self.batch)]).unsqueeze(1)
     if self.weights is None:
         self.weights = commit_weights(self.commit_seed, out.shape[-1])
     sums = row_commitments(out, self.weights)
@@ -319,8 +323,8 @@ def test_a_commitment_cannot_be_made_through_the_output_heads_linearity(sample_m
     assert [r["code"] for r in prefill["reasons"]] == ["integrity.commitment_mismatch"]
 
 
-# Works inside decode's unbilled first call (where a table for the next call's token could be built:
-# that token extends the cache the first call leaves): 20 ms of spinning before the honest step.
+# Works inside decode's first call, where a table for the next call's token could be built (that
+# token extends the cache the first call leaves): 20 ms of spinning before the honest step.
 SLOW_FIRST_STEP = """
 import time
 import runners.audit.model_worker as mw
@@ -341,19 +345,32 @@ def transform(model):
 """
 
 
-def test_work_in_decodes_unbilled_first_call_is_judged(sample_models):
+def test_work_in_decodes_first_call_is_billed_over_a_key_value_cache(sample_models):
     decode = _phase(_audit(sample_models["llama"], None, transform_source=SLOW_FIRST_STEP, phases=("decode",)), "decode")
+    assert decode["billed_from_call"] == 0 and decode["inputs"]["first_call_new_tokens"] == 2
+    assert decode["verdict"] == "accepted", decode["reasons"]
+    assert decode["speedup"] < 0.9 and not decode["billable"]
+
+
+def test_work_in_a_recurrent_models_unbilled_first_call_is_judged(tmp_path):
+    # A state-space model's cache steps one token at a time: its first call's input (one token on
+    # the prompt's state) could be tabulated while preparing, so it is timed and judged, not billed.
+    folder = write_sample_model(tmp_path / "mamba", "mamba")
+    decode = _phase(_audit(folder, None, transform_source=SLOW_FIRST_STEP, phases=("decode",)), "decode")
+    assert decode["billed_from_call"] == 1 and decode["inputs"]["first_call_new_tokens"] == 1
     assert decode["verdict"] == "rejected" and not decode["billable"]
     assert [r["code"] for r in decode["reasons"]] == ["integrity.unbilled_call_slow"]
     ratios = decode["unbilled_call_per_billed_call"]
     assert ratios["optimized"] > ratios["baseline"] + 1.0, ratios
 
 
-def test_a_next_token_table_built_while_preparing_decode_answers_nothing_billed(sample_models):
+def test_a_next_token_table_built_while_preparing_cannot_answer_decodes_first_call(sample_models):
+    # Every one-token continuation of the prompt, tabulated while preparing: the first call reveals
+    # two tokens per batch entry, whose outputs no such table holds.
     decode = _phase(_audit(sample_models["llama"], None, transform_source=DECODE_TABLE, phases=("decode",)), "decode")
     assert decode["verdict"] == "rejected" and not decode["billable"]
-    assert "correctness.mismatch" in [r["code"] for r in decode["reasons"]]
-    assert decode["billed_from_call"] == 1
+    assert "correctness.shape" in [r["code"] for r in decode["reasons"]], decode["reasons"]
+    assert decode["billed_from_call"] == 0
 
 
 def test_work_aimed_at_the_other_workers_windows_cannot_run_there(sample_models):
@@ -385,7 +402,7 @@ def test_it_reports_an_optimized_side_that_fails_to_load_as_an_error(sample_mode
     assert _phase(report, "decode")["verdict"] == "skipped"
 
 
-@pytest.mark.parametrize("family, skipped_because", [("gpt2", None), ("bert", "does not generate"), ("t5", None)])
+@pytest.mark.parametrize("family, skipped_because", [("gpt2", None), ("bert", "does not generate"), ("t5", None), ("mamba", None)])
 def test_it_audits_other_architectures_and_skips_decode_without_a_next_token_step(tmp_path, family, skipped_because):
     # t5's prefill: the encoder over the prompt and the decoder's first step, one row per batch entry
     # (the rows checked are those the trusted baseline answered, not `seq` of them); its decode: the
@@ -396,6 +413,10 @@ def test_it_audits_other_architectures_and_skips_decode_without_a_next_token_ste
     assert _phase(report, "decode")["verdict"] == ("skipped" if skipped_because else "accepted")
     if skipped_because:
         assert skipped_because in _phase(report, "decode")["note"] and report["notes"]
+    else:  # a recurrent state (mamba) takes one token per step and bills from the second call
+        recurrent = family == "mamba"
+        assert _phase(report, "decode")["inputs"]["first_call_new_tokens"] == (1 if recurrent else 2)
+        assert _phase(report, "decode")["billed_from_call"] == (1 if recurrent else 0)
 
 
 def test_it_refuses_what_cannot_be_audited_before_starting_workers(sample_models, tmp_path):
@@ -484,3 +505,32 @@ def test_reference_points_are_measured_in_the_same_rounds_and_one_that_fails_is_
     assert compiled["artifact_over_reference_ci95"][0] <= compiled["artifact_over_reference"] <= compiled["artifact_over_reference_ci95"][1]
     with pytest.raises(ValueError, match="unknown reference point"):
         _audit(sample_models["llama"], None, reference_points=("tensorrt",))
+
+
+@pytest.mark.parametrize("family, several", [("llama", True), ("t5", True), ("mamba", False)])
+def test_a_decode_step_of_several_tokens_equals_as_many_steps_of_one(tmp_path, family, several):
+    # The trusted worker's own steps, in this process: decode's first call appends two tokens at once
+    # where the cache is keys and values; a recurrent state takes one at a time.
+    import torch
+
+    from runners.audit.model_worker import ModelRunner
+
+    folder = write_sample_model(tmp_path / family, family)
+    runners = [ModelRunner("cpu"), ModelRunner("cpu")]
+    request = {"phase": "decode", "seed": 3, "calls": 3, "vocab": 256, "batch": BATCH, "seq": SEQ, "commit_seed": 5}
+    replies = []
+    for runner in runners:
+        runner.op_load({"model_dir": str(folder)}, [])
+        replies.append(runner.op_prepare(request, [])[0])
+    assert replies[0] == {"first_step_tokens": 2 if several else 1}
+    if not several:
+        return
+    first, second, third = [7, 9], [11, 13], [17, 19]
+    together = runners[0].op_step({"call": 0, "item": [0, first[0], second[0], first[1], second[1]]}, [])
+    after = runners[0].op_step({"call": 1, "item": [0, *third]}, [])
+    for call, tokens in enumerate((first, second, third)):
+        runners[1].op_step({"call": call, "item": [0, *tokens]}, [])
+    assert together[0]["meta"][0]["shape"] == [BATCH, 2, 256] and after[0]["meta"][0]["shape"] == [BATCH, 1, 256]
+    one_by_one = torch.cat(runners[1].outputs[:2], dim=1)
+    torch.testing.assert_close(runners[0].outputs[0], one_by_one, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(runners[0].outputs[1], runners[1].outputs[2], atol=1e-5, rtol=1e-5)
