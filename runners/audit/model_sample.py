@@ -9,6 +9,9 @@ and finish later (the commitment needs the outputs), or move work outside a cloc
 
 The wire round trip is inside every call's window, the same for every arm (about 0.1 ms on the
 development VM against forward passes of milliseconds): it can only pull a speedup towards 1.
+Every worker polls for a sample's next step rather than sleeping in recv
+(runners.sandbox.zygote.await_request), so its wake-up is not a lever a candidate's worker holds
+alone.
 """
 
 from __future__ import annotations

@@ -113,11 +113,16 @@ class ModelRunner:
         self.weights: torch.Tensor | None = None
         self.commit_seed = 0
         self.outputs: list[torch.Tensor] = []
+        self.calls = 0  # the round's calls per sample (prepare)
+        # Read by the worker's loop (runners.sandbox.zygote.serve): after a step that is not its
+        # sample's last, the parent's next step follows at once, and every worker polls for it.
+        self.next_request_soon = False
 
     def handle(self, op: str, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
         method = getattr(self, f"op_{op}", None)
         if method is None:
             raise ValueError(f"unknown op {op!r}")
+        self.next_request_soon = False
         return method(header, tensors)
 
     def op_ping(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
@@ -189,7 +194,7 @@ class ModelRunner:
         # first call (dynamo's objects) as for the eager one, so preparing costs both alike.
         gc.collect()
         gc.freeze()
-        self.phase, self.seq = str(header["phase"]), int(header["seq"])
+        self.phase, self.seq, self.calls = str(header["phase"]), int(header["seq"]), int(header["calls"])
         batch = self.batch = int(header["batch"])
         if self.phase == "prefill":
             # Nothing of the round's tokens: each call's window comes with its own request.
@@ -291,6 +296,7 @@ class ModelRunner:
                 self.weights = commit_weights(self.commit_seed, out.shape[-1]).to(out.device)
             sums = row_commitments(out, self.weights)
         self.outputs.append(out)
+        self.next_request_soon = call < self.calls - 1
         return {"t0": t0, "t1": time.perf_counter_ns(), "meta": meta, "checksums": sums}, []
 
     def op_fetch(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:

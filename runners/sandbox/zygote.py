@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import socket
 import time
@@ -210,9 +211,29 @@ def _worker_main(sock: socket.socket, config: dict[str, Any], scratch: str, log:
     serve(sock, handler(device=str(config["device"])))
 
 
+# How long a worker polls for its next request, when its handler expects one at once
+# (`next_request_soon`), before it sleeps in recv.
+AWAIT_POLL_S = 0.05
+
+
+def await_request(sock: socket.socket, limit_s: float) -> None:
+    """Poll the socket until a request is readable or `limit_s` passes, instead of sleeping in recv.
+
+    Between the calls of a whole-model sample the parent's next request follows its reply at once,
+    and the time a worker takes to wake from a blocking recv is inside the parent's window. A
+    worker running the candidate's code could poll on its own (a red team's spinning receive read
+    decode 1.5-5.5% faster than the same model waking from recv, 2026-12-05), so every worker polls
+    alike: the wake-up is nobody's lever."""
+    end = time.monotonic() + limit_s
+    while not select.select([sock], [], [], 0)[0] and time.monotonic() < end:
+        pass
+
+
 def serve(sock: socket.socket, handler: Any) -> None:
     """Answer requests until the parent says exit or goes away."""
     while True:
+        if getattr(handler, "next_request_soon", False):
+            await_request(sock, AWAIT_POLL_S)
         try:
             header, tensors = recv_message(sock)
         except (EOFError, OSError):

@@ -527,9 +527,11 @@ def test_a_decode_step_of_several_tokens_equals_as_many_steps_of_one(tmp_path, f
         return
     first, second, third = [7, 9], [11, 13], [17, 19]
     together = runners[0].op_step({"call": 0, "item": [0, first[0], second[0], first[1], second[1]]}, [])
+    assert runners[0].next_request_soon  # the sample's next step follows: its loop polls for it
     after = runners[0].op_step({"call": 1, "item": [0, *third]}, [])
     for call, tokens in enumerate((first, second, third)):
-        runners[1].op_step({"call": call, "item": [0, *tokens]}, [])
+        runners[1].handle("step", {"call": call, "item": [0, *tokens]}, [])
+    assert not runners[1].next_request_soon  # the last of its three: it sleeps until the next request
     assert together[0]["meta"][0]["shape"] == [BATCH, 2, 256] and after[0]["meta"][0]["shape"] == [BATCH, 1, 256]
     one_by_one = torch.cat(runners[1].outputs[:2], dim=1)
     torch.testing.assert_close(runners[0].outputs[0], one_by_one, atol=1e-5, rtol=1e-5)
