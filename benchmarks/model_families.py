@@ -58,7 +58,10 @@ def _phases(block: dict[str, Any]) -> dict[str, Any]:
             "aa_ci95": (phase.get("aa") or {}).get("ci95"),
             "billable": phase.get("billable"),
             "reasons": [r["code"] for r in phase.get("reasons", [])],
+            "messages": [r["message"][:300] for r in phase.get("reasons", [])],
             "note": phase.get("note"),
+            "billed_from_call": phase.get("billed_from_call"),
+            "unbilled_call_per_billed_call": phase.get("unbilled_call_per_billed_call") or None,
         }
     return out
 

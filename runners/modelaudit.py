@@ -546,11 +546,18 @@ def _judge_background(outcome: _PhaseOutcome, slots: dict[str, _Slot], ledger: m
 
 
 # How many billed calls' worth the optimized worker's unbilled first call may take beyond what the
-# trusted workers' take (lower bound of a bootstrap CI of the median over rounds). Honest artifacts
-# read below the trusted workers (the tiny Llama's compiled artifact 1.31-1.35 billed calls against
-# 1.42-1.48, 2026-12-05); a red team's table of every second token, finished in the first call,
-# needed 0.7 more and billed decode at 1.03-1.05x under the earlier limit of 1.
-UNBILLED_CALL_EXCESS = 0.25
+# trusted workers' take (lower bound of a bootstrap CI of the median over rounds). Only models
+# whose decode steps over a recurrent state have an unbilled call (runners.modelaudit._decode_bills_from).
+# A red team's table of every second token, finished in the first call of the tiny Llama when its
+# first call was unbilled too, needed 0.7 more and billed decode at 1.03-1.05x under a limit of 1;
+# at 0.25 the honest compiled Mamba sample was rejected (its first step after the prompt's prefill
+# 1.25-1.3 of its later ones, eager's 1.07, in process, 2026-12-05; in the audit at 0.5 it read
+# 1.77 billed calls against the trusted workers' 1.41 and 1.39, accepted: an honest compiled
+# artifact sits 0.2-0.4 above, close to the limit). A next-token table over a
+# recurrent state is a step of vocabulary x batch rows: on the development VM 512 rows cost about
+# 26 two-row steps, so 0.5 pays for 2% of the vocabulary (a saving of 2% of one call). Where rows
+# are nearly free (a GPU) a table under 0.5 could save up to half a call of the sample: the residual.
+UNBILLED_CALL_EXCESS = 0.5
 
 
 def _judge_unbilled_call(outcome: _PhaseOutcome, protocol: Protocol, *, seed: int) -> None:
