@@ -130,7 +130,7 @@ def main() -> None:
             "step over a cache of its own prompt; since then a decode sample is generation (one cache extended\n"
             "call by call), which a compiled model with static shapes meets as a new shape every call: the\n"
             "tiny Llama's decode fell from 1.79x to 1.16x over eager. Those were billed from a sample's second\n"
-            "call; figures after 2026-12-05 10:30 bill every call, the first carrying two tokens (one over a\n"
+            "call; figures from 2026-12-05 10:00 on bill every call, the first carrying two tokens (one over a\n"
             "state-space model's state, which still bills from the second; its steps no longer take the\n"
             "whole sequence's mask).\n\n"
         )
