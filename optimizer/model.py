@@ -672,7 +672,6 @@ def example_decode_inputs(model: torch.nn.Module, inputs: dict[str, torch.Tensor
         return None
     ids = inputs["input_ids"]
     batch, seq = ids.shape
-    generator = torch.Generator().manual_seed(seed)
     two_stacks = bool(getattr(model.config, "is_encoder_decoder", False))
     masked = "attention_mask" in params and _mask_on_cached_steps(model)
 
@@ -683,6 +682,7 @@ def example_decode_inputs(model: torch.nn.Module, inputs: dict[str, torch.Tensor
         if cache is None:
             raise ValueError(f"{type(model).__name__} returned no key/value cache with use_cache=True")
         first = 2 if _takes_several_tokens(cache) else 1
+        generator = torch.Generator().manual_seed(seed)  # every call prepares the same tokens
         calls, length = [], seq
         for index in range(steps):
             count = first if index == 0 else 1
@@ -698,7 +698,6 @@ def example_decode_inputs(model: torch.nn.Module, inputs: dict[str, torch.Tensor
                 if masked:
                     step["attention_mask"] = torch.ones(batch, length, dtype=torch.long, device=ids.device)
             calls.append(step)
-        generator.manual_seed(seed)  # every call prepares the same tokens
         return {"steps": calls}
 
     return prepare

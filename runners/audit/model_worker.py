@@ -106,7 +106,6 @@ class ModelRunner:
         self.caches: list[Any] = []  # decode: the round's one prefilled cache, which each step extends
         self.encoded: list[torch.Tensor] = []  # decode of an encoder-decoder: the prompt's encoder output
         self.decoded = 0  # decode: tokens appended to the cache since prepare
-        self.pending = 0  # decode: tokens the step being timed appends
         self.step_mask = True  # decode steps of a decoder pass the attention mask (generation's convention)
         self.batch = 0
         self.mask: dict[str, torch.Tensor] = {}
@@ -242,30 +241,30 @@ class ModelRunner:
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
 
-    def _call_inputs(self, item: list[int]) -> dict[str, Any]:
-        """One call's keyword arguments from what its `step` reveals: [call, batch x seq token ids]
-        for prefill, [0, new token per batch entry] for decode."""
+    def _call_inputs(self, item: list[int]) -> tuple[dict[str, Any], int]:
+        """One call's keyword arguments from what its `step` reveals ([call, batch x seq token ids]
+        for prefill, [0, new tokens of every batch entry] for decode) and how many tokens per batch
+        entry it appends to decode's cache (0 for prefill)."""
         index = int(item[0])
         if self.phase == "prefill":
             if len(item) != 1 + self.batch * self.seq:
                 raise ValueError(f"a prefill step carries {self.batch} x {self.seq} token ids, got {len(item) - 1}")
             ids = torch.tensor(item[1:], dtype=torch.long, device=self.device).view(self.batch, self.seq)
-            return {"input_ids": ids, **self.mask}
+            return {"input_ids": ids, **self.mask}, 0
         if index != 0:
             raise ValueError(f"decode steps extend the round's one prompt (set 0), not set {index}")
         count, rest = divmod(len(item) - 1, self.batch)
         if count < 1 or rest:
             raise ValueError(f"a decode step carries a whole number of tokens per batch entry ({self.batch}), got {len(item) - 1} ids")
         new = torch.tensor([int(t) for t in item[1:]], dtype=torch.long, device=self.device).view(self.batch, count)
-        self.pending = count
         assert self.cache_arg is not None
         if self.encoded:
             return {"decoder_input_ids": new, "encoder_outputs": (self.encoded[0],), self.cache_arg: self.caches[0],
-                    "use_cache": True, **self.mask}
+                    "use_cache": True, **self.mask}, count
         # The cache holds the prompt and every token decoded since prepare; the mask covers those and
         # the step's own, where the model's generation passes one on cached steps.
         mask = self._mask(self.batch, self.seq + self.decoded + count) if self.step_mask else {}
-        return {"input_ids": new, self.cache_arg: self.caches[0], "use_cache": True, **mask}
+        return {"input_ids": new, self.cache_arg: self.caches[0], "use_cache": True, **mask}, count
 
     def op_step(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
         """One timed call on the inputs this request reveals, and the commitment to its outputs.
@@ -279,7 +278,7 @@ class ModelRunner:
             self.outputs = []  # a new sample
         if call != len(self.outputs):
             raise ValueError(f"call {call} announced after {len(self.outputs)} calls of this sample")
-        kwargs = self._call_inputs(list(header["item"]))
+        kwargs, appended = self._call_inputs(list(header["item"]))
         t0 = time.perf_counter_ns()
         with torch.no_grad():
             try:
@@ -287,8 +286,7 @@ class ModelRunner:
             except BaseException as exc:
                 raise candidate_fault(exc, during="a timed forward", code="sandbox.candidate_exception") from None
         self._sync()  # device-wide: work left on other streams lands inside the window
-        if self.phase == "decode":
-            self.decoded += self.pending
+        self.decoded += appended
         _, meta = checks.inspect_outputs(out, [], expect_tuple=False)
         sums: list[float] = []
         if type(out) is torch.Tensor and out.dim() >= 1:

@@ -139,7 +139,7 @@ from runners import checks
 def op_step(self, header, tensors):
     if int(header["call"]) == 0:
         self.outputs, self.later = [], []
-    self.later.append(self._call_inputs(list(header["item"])))
+    self.later.append(self._call_inputs(list(header["item"]))[0])
     ids = self.later[-1]["input_ids"]
     shape = (*ids.shape, self.model.config.vocab_size)
     self.outputs.append(None)
@@ -173,7 +173,7 @@ from runners.audit.model_inputs import commit_weights
 def op_step(self, header, tensors):
     if int(header["call"]) == 0:
         self.outputs = []
-    kwargs = self._call_inputs(list(header["item"]))
+    kwargs, _ = self._call_inputs(list(header["item"]))
     t0 = time.perf_counter_ns()
     with torch.no_grad():
         hidden = self.model.model(**kwargs).last_hidden_state
