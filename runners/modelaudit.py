@@ -30,7 +30,7 @@ from runners import checks, measure, result, stats, suite
 from runners.artifact import applier_source, artifact_document
 from runners.audit.model_inputs import commit_weights
 from runners.audit.model_sample import ModelSample, stepped_sample
-from runners.audit.rounds import Interference, Round, interference_excess
+from runners.audit.rounds import Interference, Round, interference_excess, interrupts_excess, next_arm_slowdown
 from runners.audit.session import host_freezes
 from runners.measure import Protocol
 from runners.modelload import read_config
@@ -115,6 +115,11 @@ class _PhaseOutcome:
     unbilled_calls: dict[str, list[float]] = field(default_factory=dict)  # per round: unbilled windows / billed per-call time
     first_tokens: int = 1  # decode: new tokens per batch entry in a sample's first call
     bill_from: int = 0  # the first billed call of a sample
+    # Measured rounds as the round engine ran them: the arms' labels in the order they were timed,
+    # and each arm's sample (what the optimized worker leaves behind for later windows is judged
+    # from these: _judge_left_behind).
+    measured_rounds: list[tuple[tuple[str, ...], dict[str, ModelSample]]] = field(default_factory=list)
+    left_behind: dict[str, Any] = field(default_factory=dict)
 
     def fail(self, reason: Reason, *, verdict: str = "rejected") -> None:
         if all(r.code != reason.code for r in self.reasons):  # one entry per code: the first says it
@@ -463,6 +468,7 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
             if outcome.verdict != "accepted":
                 break  # a wrong or misbehaving model is not timed any further
             if measured:
+                outcome.measured_rounds.append((tuple(engine.measured), dict(records)))
                 for label, record in records.items():
                     samples[label].append(record.per_call_s)
                     if record.unbilled_ns:
@@ -474,6 +480,8 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
                              if label in samples}
         if outcome.verdict == "accepted":
             _judge_background(outcome, slots, ledger, protocol, warmup=protocol.warmup_rounds, seed=seed)
+        if outcome.verdict == "accepted":
+            _judge_left_behind(outcome, protocol, seed=seed)
         if outcome.verdict == "accepted":
             _judge_unbilled_call(outcome, protocol, seed=seed)
     except SandboxError as exc:
@@ -543,6 +551,51 @@ def _judge_background(outcome: _PhaseOutcome, slots: dict[str, _Slot], ledger: m
         what = "preparing tokens" if outcome.phase == "prefill" else "prefilling the prompts' caches"
         outcome.fail(Reason("integrity.background_cpu", f"{outcome.phase}: {what} cost the optimized model's worker "
                                                         f"{ratio.point:.2f}x the CPU it cost trusted workers (work hidden before its windows)"))
+
+
+def _judge_left_behind(outcome: _PhaseOutcome, protocol: Protocol, *, seed: int) -> None:
+    """What the optimized worker leaves behind for the windows after its own, judged as the
+    per-kernel audit judges a candidate's (runners.audit.kernel._judge_interrupts, _judge_next_arm):
+    - interrupts on the measurement cores per millisecond while the trusted workers were measured,
+      beyond the optimized worker's own rate (work left to the kernel: timers, I/O, a sleeping
+      thread's timeout firing in another arm's window), lower bound of a bootstrap CI of the mean
+      over rounds above `interrupt_excess_per_ms`;
+    - the trusted worker measured right after the optimized one against the one that was not
+      (runners.audit.rounds.next_arm_slowdown): whatever is left behind, named or not (a cold or
+      dirty cache, deferred kernel work), shows as the follower running slower; lower bound above
+      1 + `next_arm_tolerance`.
+    Freezing stops every thread of a waiting worker, but not what the kernel does on its behalf."""
+    rounds = outcome.measured_rounds
+    if len(rounds) < _MIN_JUDGED_ROUNDS or not all({"optimized", "baseline", "aa"} <= set(r) for _, r in rounds):
+        return
+    options = {"resamples": protocol.bootstrap_resamples, "confidence": protocol.confidence}
+    rates = {label: [r[label].interrupts_per_ms for _, r in rounds] for label in ("optimized", "baseline", "aa")}
+    if all(rate is not None for values in rates.values() for rate in values):
+        outcome.left_behind["interrupts_per_ms"] = {label: stats.median(values) for label, values in rates.items()}
+        est = interrupts_excess(rates["optimized"], [rates["baseline"], rates["aa"]],
+                                seed=suite.derive_seed(seed, "interrupts") & 0xFFFFFFFF, **options)
+        if est is not None:
+            outcome.left_behind["interrupts_per_ms_extra_in_trusted"] = [est.point, est.low, est.high]
+            if est.low > protocol.interrupt_excess_per_ms:
+                outcome.fail(Reason("integrity.interrupts_in_other_arms",
+                                    f"{outcome.phase}: the measurement cores took {est.point:.2f} more interrupts per ms while "
+                                    f"the trusted workers were measured than while the optimized model's worker was "
+                                    f"({protocol.interrupt_excess_per_ms:.2f} allowed): work left to the kernel landing in "
+                                    "the other arms' windows"))
+                return
+    names = {"optimized": "candidate", "aa": "baseline_aa", "baseline": "baseline"}
+    pairs = [(tuple(names.get(label, label) for label in order), {names[k]: r[k].per_call_s for k in ("baseline", "aa")})
+             for order, r in rounds]
+    found = next_arm_slowdown(pairs, seed=suite.derive_seed(seed, "next-arm") & 0xFFFFFFFF, **options)
+    if found is None:
+        return
+    outcome.left_behind["next_arm_slowdown"] = list(found)
+    if found[1] > 1.0 + protocol.next_arm_tolerance:
+        outcome.fail(Reason("integrity.slows_next_arm",
+                            f"{outcome.phase}: the trusted worker measured right after the optimized model's ran "
+                            f"{found[0]:.3f}x as long as the one that was not (95% CI [{found[1]:.3f}, {found[2]:.3f}], "
+                            f"{1 + protocol.next_arm_tolerance:.2f} allowed): the optimized worker leaves something "
+                            "behind that slows the next window"))
 
 
 # How many billed calls' worth the optimized worker's unbilled first call may take beyond what the
@@ -736,4 +789,7 @@ def _entry(outcome: _PhaseOutcome, protocol: Protocol, *, batch: int, seq: int, 
         "frozen_between_samples": outcome.frozen_between_samples,
         "billed_from_call": outcome.bill_from,
         "unbilled_call_per_billed_call": {label: fin(stats.median(v)) for label, v in outcome.unbilled_calls.items() if v},
+        # What the optimized worker left behind for later windows (_judge_left_behind): interrupt
+        # rates per arm and the trusted arms' excess; the next arm's slowdown [point, low, high].
+        "left_behind": outcome.left_behind,
     }

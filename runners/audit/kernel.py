@@ -19,7 +19,7 @@ import torch
 from runners import checks, measure, stats, suite
 from runners.audit.inputs import SharedInputs, max_calls, slots_for
 from runners.audit.outcome import CHECK_PHASE_CHECKS, TIMING_CHECKS, Outcome
-from runners.audit.rounds import Interference, Round, interference_excess, next_arm_slowdown
+from runners.audit.rounds import Interference, Round, interference_excess, interrupts_excess, next_arm_slowdown
 from runners.audit.sample import Sample, dense_bytes, layout_bytes, overlaps, read_outputs, timed_sample
 from runners.audit.session import AuditSession, Binding, HarnessError
 from runners.measure import Protocol
@@ -764,10 +764,10 @@ def _judge_interrupts(outcome: Outcome, summary: dict[str, Any], trusted: list[_
     if not rounds or any(rate is None for values in rates.values() for rate in values):
         return
     summary["interrupts_per_ms"] = {label: stats.median(values) for label, values in sorted(rates.items())}
-    excess = [sum(rates[s.label][i] for s in trusted) / len(trusted) - rates["candidate"][i] for i in range(len(rounds))]
-    # The mean, not the median: interrupts aimed at the arm measured after the candidate miss the
-    # rounds in which it is measured last (a third of them with three arms).
-    est = stats.mean_ci(excess, seed=suite.derive_seed(seed, "interrupts") & 0xFFFFFFFF, **bootstrap_args(protocol))
+    est = interrupts_excess(rates["candidate"], [rates[s.label] for s in trusted],
+                            seed=suite.derive_seed(seed, "interrupts") & 0xFFFFFFFF, **bootstrap_args(protocol))
+    if est is None:
+        return
     summary["interrupts_per_ms_extra_in_trusted"] = [est.point, est.low, est.high]
     if checked and len(rounds) >= MIN_JUDGED_ROUNDS and est.low > protocol.interrupt_excess_per_ms:
         outcome.fail([Reason(

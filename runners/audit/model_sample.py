@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 from runners.audit.sample import spare_cores
 from runners.sandbox import Worker
+from runners.sandbox.procfs import core_interrupts
 
 
 @dataclass
@@ -38,6 +39,16 @@ class ModelSample:
     metas: list[Any]  # each call's outputs, described (checks.inspect_outputs), as the worker said
     windows_ns: list[int] = field(default_factory=list)
     unbilled_ns: int = 0  # the windows of calls before the first billed one (decode: call 0)
+    # Interrupts on the worker's measurement cores from the first billed call's request to the
+    # last reply, and that span (procfs.core_interrupts); None where /proc/interrupts is unreadable.
+    interrupts: int | None = None
+    interrupts_ns: int = 0
+
+    @property
+    def interrupts_per_ms(self) -> float | None:
+        if self.interrupts is None or self.interrupts_ns <= 0:
+            return None
+        return self.interrupts / (self.interrupts_ns / 1e6)
 
 
 def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float, discount: bool,
@@ -52,6 +63,7 @@ def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float
     comes off, never below the CPU its whole tree used over the same span: waiting behind its own
     threads or processes is their CPU, not other processes' time."""
     spare = spare_cores(worker)
+    cores = list(worker.sandbox.config.cpus)
     pinned = os.sched_getaffinity(0)
     if spare:
         os.sched_setaffinity(0, spare)  # the parent's wake-ups never land on the measured core
@@ -62,12 +74,18 @@ def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float
     try:
         bill_from = min(bill_from, max(len(items) - 1, 0))
         wait_before, cpu_before = None, 0
+        interrupts_before: int | None = None
+        billed_from_ns = last_ns = 0
         for call, item in enumerate(items):
-            if call == bill_from:  # the discount and the tree's CPU count from the first billed call
+            if call == bill_from:  # the discount, the tree's CPU and interrupts count from the first billed call
                 wait_before = worker.runqueue_wait_ns() if discount else None
                 cpu_before = worker.cpu_ns()
+                interrupts_before = core_interrupts(cores)
             reply = worker.call("step", timeout=timeout, call=call, item=list(item))
             windows.append(reply.received_ns - reply.sent_ns)
+            if call == bill_from:
+                billed_from_ns = reply.sent_ns
+            last_ns = reply.received_ns
             header = reply.header
             t0, t1 = header.get("t0"), header.get("t1")
             if problem is None and not (isinstance(t0, int) and isinstance(t1, int) and reply.sent_ns <= t0 <= t1 <= reply.received_ns):
@@ -76,6 +94,7 @@ def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float
             sums = header.get("checksums")
             checksums.append(sums if isinstance(sums, list) else [])
             metas.append(header.get("meta"))
+        interrupts_after = core_interrupts(cores) if interrupts_before is not None else None
         wait_after = worker.runqueue_wait_ns() if discount else None
         cpu_run = worker.cpu_ns() - cpu_before
     finally:
@@ -99,4 +118,6 @@ def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float
         metas=metas,
         windows_ns=windows,
         unbilled_ns=unbilled,
+        interrupts=interrupts_after - interrupts_before if interrupts_before is not None and interrupts_after is not None else None,
+        interrupts_ns=last_ns - billed_from_ns,
     )

@@ -107,6 +107,19 @@ def next_arm_slowdown(rounds: Sequence[tuple[Sequence[str], dict[str, float]]], 
     return float(np.exp(gap.point / 2)), float(np.exp(gap.low / 2)), float(np.exp(gap.high / 2))
 
 
+def interrupts_excess(candidate: Sequence[float], trusted: Sequence[Sequence[float]], *, resamples: int, confidence: float,
+                      seed: int) -> stats.Estimate | None:
+    """Interrupts per millisecond on the measurement cores while the trusted arms were measured
+    beyond the candidate's own rate, per round: the mean with a bootstrap CI. The mean, not the
+    median: interrupts aimed at the arm measured after the candidate miss the rounds in which it is
+    measured last. None without rounds to compare."""
+    rows = [values for values in trusted if values]
+    if not candidate or not rows or any(len(values) != len(candidate) for values in rows):
+        return None
+    excess = [sum(column) / len(column) - own for own, column in zip(candidate, zip(*rows))]
+    return stats.mean_ci(excess, resamples=resamples, confidence=confidence, seed=seed)
+
+
 def interference_excess(during: Sequence[float], trusted: Sequence[Sequence[float]]) -> float | None:
     """The candidate's mean CPU per round in other arms' windows beyond the trusted arms' mean; None
     without rounds to compare. The mean, not a median's bound: a waiting worker uses no CPU at all,

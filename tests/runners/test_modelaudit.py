@@ -69,6 +69,11 @@ def test_it_audits_prefill_and_decode_of_a_llama_with_an_aa_control(llama_report
         assert all(len(samples) == ROUNDS for samples in phase["samples_s"].values())
         # A waiting worker uses no CPU while another is measured.
         assert all(v < 0.0005 for v in phase["cpu_while_others_measured_s"].values()), phase["cpu_while_others_measured_s"]
+        # Interrupts on the measurement cores are counted in every arm's windows (the rate the
+        # kernel's tick alone gives is well above zero); the same model leaves nothing behind.
+        rates = phase["left_behind"]["interrupts_per_ms"]
+        assert set(rates) == {"optimized", "baseline", "aa"} and all(r > 0 for r in rates.values()), rates
+        assert phase["left_behind"]["interrupts_per_ms_extra_in_trusted"][1] <= measure.protocol_for("cpu-ci").interrupt_excess_per_ms
         # Identical models on identical tokens: the logits agree bit for bit.
         assert phase["correctness"]["passed"] and phase["correctness"]["max_abs_err"] == 0.0
         assert phase["correctness"]["checked_calls"] >= ROUNDS
@@ -391,6 +396,112 @@ def test_work_in_the_other_workers_windows_is_judged_where_workers_cannot_be_fro
     assert prefill["verdict"] == "rejected" and [r["code"] for r in prefill["reasons"]] == ["integrity.background_cpu"]
     assert "while other workers were measured" in prefill["reasons"][0]["message"]
     assert prefill["cpu_while_others_measured_s"]["optimized"] > 0.0005
+
+
+# Leaves interrupts behind for the windows after its own: 48 threads whose sleeps, re-armed at the
+# end of every sample, expire one after another from 2 ms to 21 ms later (past the settling, in the
+# next arms' windows). Each wake-up costs it a few microseconds of CPU, under the allowance for CPU
+# while others are measured.
+WAKE_STORM = """
+import threading
+import time
+import runners.audit.model_worker as mw
+
+_cv = threading.Condition()
+_state = {"generation": 0, "start": 0.0}
+
+def _sleeper(index):
+    seen = 0
+    while True:
+        with _cv:
+            while _state["generation"] == seen:
+                _cv.wait()
+            seen, start = _state["generation"], _state["start"]
+        delay = start + index * 0.0004 - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+
+threading.stack_size(256 << 10)
+for index in range(48):
+    threading.Thread(target=_sleeper, args=(index,), daemon=True).start()
+
+_step, _prepare = mw.ModelRunner.op_step, mw.ModelRunner.op_prepare
+
+def op_prepare(self, header, tensors):
+    self.last_call = int(header["calls"]) - 1
+    return _prepare(self, header, tensors)
+
+def op_step(self, header, tensors):
+    reply = _step(self, header, tensors)
+    if int(header["call"]) == self.last_call:
+        with _cv:
+            _state["generation"] += 1
+            _state["start"] = time.monotonic() + 0.002
+            _cv.notify_all()
+    return reply
+
+mw.ModelRunner.op_step, mw.ModelRunner.op_prepare = op_step, op_prepare
+
+def transform(model):
+    return model
+"""
+
+
+def test_interrupts_left_for_the_other_workers_windows_are_judged_where_workers_cannot_be_frozen(sample_models, monkeypatch):
+    # Frozen (with a stop signal first), each sleeper's timer is cancelled and its sleep resumes in
+    # the worker's own time; without a freezer the wake-ups land in the trusted arms' windows.
+    from runners import modelaudit
+    monkeypatch.setattr(modelaudit, "_freezes", lambda sandbox, device: False)
+    prefill = _phase(_audit(sample_models["llama"], None, transform_source=WAKE_STORM, phases=("prefill",), rounds=15),
+                     "prefill")
+    assert prefill["verdict"] == "rejected" and not prefill["billable"]
+    assert [r["code"] for r in prefill["reasons"]] == ["integrity.interrupts_in_other_arms"], prefill["reasons"]
+    assert prefill["left_behind"]["interrupts_per_ms_extra_in_trusted"][1] > measure.protocol_for("cpu-ci").interrupt_excess_per_ms
+
+
+def _left_behind(rounds: list[tuple[tuple[str, ...], dict[str, float], dict[str, float]]]):
+    """An accepted phase's outcome with these measured rounds (order, per-call seconds, interrupts
+    per ms), judged by what the optimized worker leaves behind."""
+    from runners.audit.model_sample import ModelSample
+    from runners.modelaudit import _judge_left_behind, _PhaseOutcome
+
+    outcome = _PhaseOutcome("prefill")
+    for order, per_call, rates in rounds:
+        samples = {label: ModelSample(calls=1, per_call_s=per_call[label], window_ns=int(per_call[label] * 1e9), preempted_ns=0,
+                                      cpu_run_ns=0, clock_problem=None, checksums=[], metas=[],
+                                      interrupts=round(rates[label] * per_call[label] * 1e3), interrupts_ns=int(per_call[label] * 1e9))
+                   for label in order}
+        outcome.measured_rounds.append((order, samples))
+    _judge_left_behind(outcome, measure.protocol_for("cpu-ci"), seed=3)
+    return outcome
+
+
+def _orders(n: int) -> list[tuple[str, ...]]:
+    cycle = [("optimized", "baseline", "aa"), ("optimized", "aa", "baseline"), ("baseline", "aa", "optimized")]
+    return [cycle[i % 3] for i in range(n)]
+
+
+def test_what_the_optimized_worker_leaves_behind_is_judged_from_the_rounds_orders():
+    import random
+
+    rng = random.Random(5)
+    noise = lambda: 0.006 * (1 + rng.gauss(0, 0.01))  # noqa: E731
+    quiet = {"optimized": 0.3, "baseline": 0.3, "aa": 0.3}
+    honest = _left_behind([(order, {k: noise() for k in order}, quiet) for order in _orders(18)])
+    assert honest.verdict == "accepted" and honest.reasons == []
+    assert honest.left_behind["next_arm_slowdown"][1] < 1.05 and honest.left_behind["interrupts_per_ms_extra_in_trusted"][0] < 0.1
+    # Interrupts in the trusted arms' windows, 2 per ms beyond its own.
+    storm = _left_behind([(order, {k: noise() for k in order}, {**quiet, "baseline": 2.3, "aa": 2.3}) for order in _orders(18)])
+    assert [r.code for r in storm.reasons] == ["integrity.interrupts_in_other_arms"]
+    # Whichever trusted arm comes right after it runs 15% slower.
+    def slowed(order):
+        follower = order[order.index("optimized") + 1] if order.index("optimized") + 1 < len(order) else None
+        return {k: noise() * (1.15 if k == follower else 1.0) for k in order}
+    left = _left_behind([(order, slowed(order), quiet) for order in _orders(18)])
+    assert [r.code for r in left.reasons] == ["integrity.slows_next_arm"]
+    assert left.left_behind["next_arm_slowdown"][1] > 1.05
+    # Too few rounds to judge: recorded as nothing, never a verdict.
+    assert _left_behind([(order, slowed(order), quiet) for order in _orders(2)]).verdict == "accepted"
 
 
 def test_it_reports_an_optimized_side_that_fails_to_load_as_an_error(sample_models):
