@@ -148,7 +148,12 @@ _CPU_CI = Protocol(
     # On CPU the kernel's CPU accounting is the sharp check; wall time on a shared box is not.
     clock_slack_abs_s=0.005,
     clock_slack_rel=0.25,
-    background_cpu_abs_s=0.005,
+    # Whole-model audits: the optimized worker's CPU while idle (thawed only for the round's
+    # checks and release), median per round beyond the trusted workers'. Honest figures on the
+    # 2-core VM, tiny Llama eager and compiled (cpp-wrapper), prefill and decode: within +-0.03 ms
+    # (2026-12-05); 5 ms until then, which a red team called generous next to 6-12 ms samples.
+    # Also the least excess CPU in `prepare` that can be judged hidden work (with prepare_cpu_slack).
+    background_cpu_abs_s=0.001,
     background_cpu_rel=0.10,
     prepare_cpu_slack=0.5,
     settle_max_s=0.03,
@@ -177,6 +182,7 @@ _PROTOCOLS: dict[str, Protocol] = {
         threads=None,
         clock_slack_abs_s=0.0005,
         clock_slack_rel=0.10,
+        background_cpu_abs_s=0.005,  # not measured on a GPU worker (the CUDA runtime's own threads): as before
         settle_max_s=0.01,
         l2_flush_bytes=256 << 20,
         input_budget_bytes=256 << 20,

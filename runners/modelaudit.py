@@ -120,6 +120,7 @@ class _PhaseOutcome:
     # from these: _judge_left_behind).
     measured_rounds: list[tuple[tuple[str, ...], dict[str, ModelSample]]] = field(default_factory=list)
     left_behind: dict[str, Any] = field(default_factory=dict)
+    background: dict[str, Any] = field(default_factory=dict)  # the figures _judge_background judged
 
     def fail(self, reason: Reason, *, verdict: str = "rejected") -> None:
         if all(r.code != reason.code for r in self.reasons):  # one entry per code: the first says it
@@ -534,19 +535,26 @@ def _judge_background(outcome: _PhaseOutcome, slots: dict[str, _Slot], ledger: m
     excess = interference_excess(outcome.meanwhile.get("optimized") or [],
                                  [outcome.meanwhile.get(label) or [] for label in ("baseline", "aa")])
     if excess is not None:
+        outcome.background["while_others_measured_s"] = excess
+        outcome.background["while_others_measured_allowed_s"] = protocol.interference_abs_s
         if excess > protocol.interference_abs_s:
             outcome.fail(Reason("integrity.background_cpu", f"{outcome.phase}: the optimized model's worker used {excess * 1e3:.2f} ms "
                                                             "more CPU per round than trusted workers while other workers were measured "
                                                             f"on the same cores ({protocol.interference_abs_s * 1e3:.2f} ms allowed)"))
             return
     idle = stats.median_ci([c - t for c, t in zip(idle_c, idle_t)], seed=suite.derive_seed(seed, "idle") & 0xFFFFFFFF, **options)
-    if idle.low > protocol.background_cpu_abs_s + protocol.background_cpu_rel * stats.median(window_c):
+    idle_allowed = protocol.background_cpu_abs_s + protocol.background_cpu_rel * stats.median(window_c)
+    outcome.background["idle_s"] = [idle.point, idle.low, idle.high]
+    outcome.background["idle_allowed_s"] = idle_allowed
+    if idle.low > idle_allowed:
         outcome.fail(Reason("integrity.background_cpu", f"{outcome.phase}: the optimized model's worker used {idle.point * 1e3:.1f} ms "
                                                         "more CPU per round than trusted workers while it should have been idle"))
         return
     ratio = stats.median_ci([c / max(t, 1e-6) for c, t in zip(prep_c, prep_t)],
                             seed=suite.derive_seed(seed, "prepare") & 0xFFFFFFFF, **options)
     extra = stats.median([c - t for c, t in zip(prep_c, prep_t)])
+    outcome.background["prepare_ratio"] = [ratio.point, ratio.low, ratio.high]
+    outcome.background["prepare_extra_s"] = extra
     if ratio.low > 1.0 + protocol.prepare_cpu_slack and extra > protocol.background_cpu_abs_s:
         what = "preparing tokens" if outcome.phase == "prefill" else "prefilling the prompts' caches"
         outcome.fail(Reason("integrity.background_cpu", f"{outcome.phase}: {what} cost the optimized model's worker "
@@ -792,4 +800,8 @@ def _entry(outcome: _PhaseOutcome, protocol: Protocol, *, batch: int, seq: int, 
         # What the optimized worker left behind for later windows (_judge_left_behind): interrupt
         # rates per arm and the trusted arms' excess; the next arm's slowdown [point, low, high].
         "left_behind": outcome.left_behind,
+        # CPU outside the optimized worker's windows beyond the trusted workers' (_judge_background):
+        # while others were measured (mean per round), while idle ([point, low, high] of the median
+        # per round) and while preparing (ratio and median excess), each with what is allowed.
+        "background_cpu": outcome.background,
     }
