@@ -369,8 +369,9 @@ def _calibrate(worker: Worker, protocol: Protocol, *, phase: str, vocab: int, ba
     first_tokens = int(reply.header.get("first_step_tokens") or 1) if phase == "decode" else 1
     reveal = _reveal(phase, np.random.default_rng(suite.derive_seed(seed, "calibrate-reveal")), calls=3, vocab=vocab,
                      batch=batch, seq=seq, first_tokens=first_tokens)
-    stepped_sample(worker, reveal[:1], timeout=timeout, discount=discount)
-    per_call = stepped_sample(worker, reveal[1:], timeout=timeout, discount=discount).per_call_s
+    freeze = _freezes(worker.sandbox, device)
+    stepped_sample(worker, reveal[:1], timeout=timeout, discount=discount, freeze=freeze)
+    per_call = stepped_sample(worker, reveal[1:], timeout=timeout, discount=discount, freeze=freeze).per_call_s
     worker.call("release", timeout=timeout)
     calls = max(1, min(MAX_CALLS_PER_SAMPLE, protocol.max_calls, math.ceil(protocol.target_sample_s / per_call)))
     # A sample that does not bill its first call has at least two, and one more for the one it does not bill.
@@ -448,10 +449,10 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
 
             def sample(slot: _Slot) -> ModelSample:
                 ledger.enter(slot.worker, "window")
+                # Frozen inside, before its CPU is read (runners.audit.model_sample.stepped_sample),
+                # until its next request (the round's checks) thaws it.
                 record = stepped_sample(slot.worker, offsets, timeout=limit, discount=_discounts(protocol, slot.worker, device),
-                                        bill_from=bill_from)
-                if freezes:
-                    slot.worker.freeze()  # until its next request (the round's checks) thaws it
+                                        bill_from=bill_from, freeze=freezes)
                 ledger.enter(slot.worker, "idle")
                 return record
 

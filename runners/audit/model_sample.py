@@ -52,7 +52,7 @@ class ModelSample:
 
 
 def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float, discount: bool,
-                   bill_from: int = 0) -> ModelSample:
+                   bill_from: int = 0, freeze: bool = False) -> ModelSample:
     """Time `items` (what each call reads, runners.modelaudit._reveal) one request per call.
 
     Calls before `bill_from` are timed and kept (`unbilled_ns`) but not billed, and the discount
@@ -61,7 +61,16 @@ def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float
     before its window, where the first call's could have been tabulated from the prompt.
     With `discount` (CPU, one thread per worker) the worker's run-queue wait over the billed calls
     comes off, never below the CPU its whole tree used over the same span: waiting behind its own
-    threads or processes is their CPU, not other processes' time."""
+    threads or processes is their CPU, not other processes' time.
+
+    With `freeze` the worker's tree is frozen after the last reply, before its CPU and its main
+    thread's wait are read: the kernel books a running thread's CPU at its next tick or switch, so
+    a tree still running at the read is up to a tick (4 ms at 250 Hz) short. A red team replied
+    from a helper thread that computed every call and ran on past the reply, its main thread
+    SCHED_IDLE so that the whole forward was booked as run-queue wait: the stale floor let the wait
+    come off, and decode and prefill of an unmodified model billed at 1.26-1.44x (2026-12-05).
+    Frozen, every nanosecond the tree ran since the first billed call is booked, including what it
+    ran after the reply. The discount is only taken from a frozen worker."""
     spare = spare_cores(worker)
     cores = list(worker.sandbox.config.cpus)
     pinned = os.sched_getaffinity(0)
@@ -95,7 +104,9 @@ def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float
             checksums.append(sums if isinstance(sums, list) else [])
             metas.append(header.get("meta"))
         interrupts_after = core_interrupts(cores) if interrupts_before is not None else None
-        wait_after = worker.runqueue_wait_ns() if discount else None
+        if freeze:
+            worker.freeze()  # until its next request (the round's checks) thaws it
+        wait_after = worker.runqueue_wait_ns() if discount and freeze else None
         cpu_run = worker.cpu_ns() - cpu_before
     finally:
         if spare:

@@ -36,6 +36,12 @@ _DENIED = (
     # (So does a thread's sleep with a timeout, which the freezer stops in place with its timer
     # armed: that is judged from the interrupts each arm's window takes, runners.audit.kernel.)
     "timer_create", "timer_settime", "timerfd_create", "timerfd_settime", "setitimer", "alarm",
+    # Its own threads' scheduling. A thread made SCHED_IDLE (or niced) waits runnable behind the
+    # worker's other threads, and the parent takes the main thread's run-queue wait off a sample
+    # as other processes' time: a red team computed every call in a helper thread while its main
+    # thread, SCHED_IDLE, yielded (2026-12-05). The floor under that discount (the tree's CPU) is
+    # what stopped it, once read exactly; a measured kernel has no use for these either.
+    "sched_setscheduler", "sched_setparam", "sched_setattr", "setpriority",
 )  # fmt: skip
 
 # (AUDIT_ARCH, syscall numbers) per machine. x86_64 also refuses the x32 ABI (nr >= 0x40000000);
@@ -54,6 +60,7 @@ _TABLES: dict[str, tuple[int, dict[str, int]]] = {
         "name_to_handle_at": 303, "open_by_handle_at": 304,
         "timer_create": 222, "timer_settime": 223, "timerfd_create": 283, "timerfd_settime": 286,
         "setitimer": 38, "alarm": 37,
+        "sched_setscheduler": 144, "sched_setparam": 142, "sched_setattr": 314, "setpriority": 141,
         "socket": 41, "socketpair": 53, "clone": 56, "clone3": 435,
     }),
     "aarch64": (0xC00000B7, {
@@ -69,6 +76,7 @@ _TABLES: dict[str, tuple[int, dict[str, int]]] = {
         "name_to_handle_at": 264, "open_by_handle_at": 265,
         "timer_create": 107, "timer_settime": 110, "timerfd_create": 85, "timerfd_settime": 86,
         "setitimer": 103,
+        "sched_setscheduler": 119, "sched_setparam": 118, "sched_setattr": 274, "setpriority": 140,
         "socket": 198, "socketpair": 199, "clone": 220, "clone3": 435,
     }),
 }  # fmt: skip

@@ -339,9 +339,10 @@ def test_a_candidate_reads_no_per_core_counters_of_the_machine(sandbox):
     assert report["cpu_count"] and report["cpu_count"] >= 1  # the runtime still finds its cores
 
 
-def test_it_refuses_ptrace_namespaces_inet6_and_kernel_timers_by_seccomp(sandbox):
+def test_it_refuses_ptrace_namespaces_inet6_kernel_timers_and_rescheduling_by_seccomp(sandbox):
     assert _probe(sandbox, "probe_seccomp.py") == {
-        "ptrace": 1, "unshare": 1, "inet6": 1, "timer_create": 1, "timerfd_create": 1, "setitimer": 1}
+        "ptrace": 1, "unshare": 1, "inet6": 1, "timer_create": 1, "timerfd_create": 1, "setitimer": 1,
+        "sched_setscheduler": 1, "setpriority": 1}
 
 
 @needs_cgroups

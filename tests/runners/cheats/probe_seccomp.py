@@ -1,7 +1,9 @@
 """Calls what the seccomp filter refuses: ptrace (PTRACE_TRACEME succeeds for any process the
 filter lets through), unshare into a new user namespace, an AF_INET6 socket, and every timer the
 kernel would fire on its own while the worker is frozen (a POSIX timer, a timerfd, an interval
-timer): their interrupts would land on the shared measurement core in other arms' windows."""
+timer): their interrupts would land on the shared measurement core in other arms' windows; and
+changing its own threads' scheduling (a SCHED_IDLE or niced main thread waits behind its helpers,
+which the parent would take off as other processes' time)."""
 # probe: seccomp
 import ctypes
 import json
@@ -26,4 +28,12 @@ try:
     outcome["setitimer"] = "allowed"
 except OSError as exc:
     outcome["setitimer"] = exc.errno
+import os  # noqa: E402
+for name, change in (("sched_setscheduler", lambda: os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))),
+                     ("setpriority", lambda: os.setpriority(os.PRIO_PROCESS, 0, 10))):
+    try:
+        change()
+        outcome[name] = "allowed"
+    except OSError as exc:
+        outcome[name] = exc.errno
 raise RuntimeError("PROBE-REPORT " + json.dumps(outcome))
