@@ -117,7 +117,6 @@ class _Steps:
     def __init__(self) -> None:
         self.window_ns = 0  # sum over calls: announced to done seen
         self.windows: list[int] = []  # each call's
-        self.wait_ns = 0  # the worker's main thread's run-queue wait inside those windows
         self.snapshots: dict[int, list[tuple[int, bytes]]] = {}
         self.gaps_ns = 0
         self.fenced = False  # every call's values copied while the parent held the worker's core
@@ -183,7 +182,7 @@ def _fence_for(worker: Worker, spare: Sequence[int]) -> CoreFence | None:
 
 def _step(worker: Worker, inputs: SharedInputs, slots: Sequence[int], *, base: int, done: DoneRecord,
           snapshot: Collection[int], spans: Sequence[tuple[int, int]], op: str, deadline: float, timeout: float,
-          discount: bool, fence: CoreFence | None = None, cores: Sequence[int] = ()) -> _Steps:
+          fence: CoreFence | None = None, cores: Sequence[int] = ()) -> _Steps:
     """Reveal call i's values, announce it, wait for the worker to say it is done; read the outputs
     of the calls in `snapshot` (drawn secretly by the caller) at that moment, before the next call's
     values exist anywhere the worker can read, in a secret order of chunks (a worker finishing the
@@ -193,7 +192,7 @@ def _step(worker: Worker, inputs: SharedInputs, slots: Sequence[int], *, base: i
     steps = _Steps()
     try:
         _step_calls(steps, worker, inputs, slots, base=base, done=done, snapshot=snapshot,
-                    spans=spans, op=op, deadline=deadline, timeout=timeout, discount=discount, fence=fence, cores=cores)
+                    spans=spans, op=op, deadline=deadline, timeout=timeout, fence=fence, cores=cores)
     except DoneRecordBroken as exc:
         steps.problem = f"{exc}: its calls cannot be followed"
     return steps
@@ -201,14 +200,12 @@ def _step(worker: Worker, inputs: SharedInputs, slots: Sequence[int], *, base: i
 
 def _step_calls(steps: _Steps, worker: Worker, inputs: SharedInputs, slots: Sequence[int], *, base: int, done: DoneRecord,
                 snapshot: Collection[int], spans: Sequence[tuple[int, int]], op: str, deadline: float, timeout: float,
-                discount: bool, fence: CoreFence | None = None, cores: Sequence[int] = ()) -> None:
+                fence: CoreFence | None = None, cores: Sequence[int] = ()) -> None:
     clock = time.perf_counter_ns
     seen = 0
     steps.fenced = fence is not None
     for index, slot in enumerate(slots):
         number = base + index + 1
-        # Read before the copy: the wait the parent causes while it holds the core is taken off below.
-        waited = (worker.runqueue_wait_ns() or 0) if discount else 0
         held_by = fence if steps.fenced and fence is not None and fence.enter() else None
         steps.fenced = held_by is not None
         # Fenced, the values are copied and the call announced while the worker cannot run; its
@@ -222,7 +219,6 @@ def _step_calls(steps: _Steps, worker: Worker, inputs: SharedInputs, slots: Sequ
         finally:
             if held_by is not None:
                 held_by.leave()
-        held = held_by.held_ns if held_by is not None else 0
         if index:
             steps.gaps_ns += announced - seen
         polls = 0
@@ -239,11 +235,6 @@ def _step_calls(steps: _Steps, worker: Worker, inputs: SharedInputs, slots: Sequ
         seen = clock()
         steps.window_ns += seen - announced
         steps.windows.append(seen - announced)
-        if discount and index:
-            # The worker waited while the parent held its core; the kernel books that wait when
-            # the worker next runs, which may fall after `waited` was read. Never discounted.
-            # Call 0 bills nothing (see timed_sample), so its wait is not taken off either.
-            steps.wait_ns += max(0, (worker.runqueue_wait_ns() or 0) - waited - held)
         if index in snapshot:
             # The record's byte counts are the worker's word: a count below the whole output's
             # would make the snapshot a check of the few bytes the worker chose. Such a record
@@ -286,11 +277,13 @@ def timed_sample(
     without the core fence (the caching probe: its identical calls are told apart anyway).
 
     With `discount_preemption` (CPU, one thread), the calling thread's run-queue wait, read by the
-    parent, comes off the sample: waiting caused by the candidate's own threads or processes is
-    their CPU, so it is not discounted. Whole samples: never below the CPU the worker's whole tree
-    used over the same span. Stepped samples (the worker spins between calls, so that floor would
-    cancel every discount): the wait read around each call, less the CPU of every thread and
-    process of the tree but the main one."""
+    parent, comes off a whole sample: waiting caused by the candidate's own threads or processes is
+    their CPU, so it is not discounted, and the sample never bills below the CPU the worker's whole
+    tree used over the same span. Stepped samples take nothing off. They did take the wait read
+    around each call, less the CPU of every thread of the tree but the calls thread, which the
+    trusted loop's own request thread cancelled in every trusted arm (0 on `cpu-ci`) while a
+    candidate whose calls thread took over the request loop kept it: the wait for the parent's
+    move back off the fenced core, about 3% of rmsnorm's windows (a red team, 2026-12-05)."""
     spare = spare_cores(worker) if inputs is not None and done is not None and device == "cpu" else []
     stepped = bool(spare)
     if inputs is not None:
@@ -299,7 +292,6 @@ def timed_sample(
             for slot in dict.fromkeys(slots):
                 inputs.reveal(slot)
     wait_before = worker.runqueue_wait_ns() if discount_preemption and not stepped else None
-    main_before = worker.main_thread_cpu_ns() if discount_preemption and stepped else 0
     cpu_before = worker.cpu_ns()
     cores = list(worker.sandbox.config.cpus)
     # Stepped samples of several calls count interrupts from call 0 seen done (_step_calls).
@@ -319,7 +311,7 @@ def timed_sample(
             sent = worker.send("run", slots=list(slots), **request)
             steps = _step(worker, inputs, slots, base=base, done=done, snapshot=set(snapshot),
                           spans=spans, op="run", deadline=deadline, timeout=timeout,
-                          discount=discount_preemption, fence=held, cores=cores)
+                          fence=held, cores=cores)
             reply = worker.receive("run", sent_ns=sent, deadline=deadline, timeout=timeout)
         finally:
             os.sched_setaffinity(0, pinned)
@@ -332,7 +324,6 @@ def timed_sample(
             interrupts = (interrupts_after - steps.interrupts_mark[0], reply.received_ns - steps.interrupts_mark[1])
         elif interrupts_before is not None:
             interrupts = (interrupts_after - interrupts_before, reply.received_ns - reply.sent_ns)
-    main_after = worker.main_thread_cpu_ns() if discount_preemption and stepped else 0
     if freeze:
         worker.freeze()
     wait_after = worker.runqueue_wait_ns() if discount_preemption and not stepped else None
@@ -362,13 +353,7 @@ def timed_sample(
         # values revealed, nothing done in it can serve a later call but what a warm worker keeps.
         billed, billed_calls = (window - steps.windows[0], calls - 1) if calls > 1 and len(steps.windows) == calls else (window, calls)
         per_call = billed / 1e9 / billed_calls
-        if discount_preemption and problem is None:
-            # Waiting inside the calls' windows comes off, less every nanosecond of CPU the tree
-            # spent outside its main thread: a thread can only have waited behind the
-            # candidate's own threads or processes if they ran.
-            others = max(0, cpu_run - (main_after - main_before))
-            preempted = max(0, min(steps.wait_ns - others, billed // 2))
-            per_call = (billed - preempted) / 1e9 / billed_calls
+        preempted = 0  # stepped samples take no run-queue wait off (see the docstring)
     pointers = header.get("pointers")
     if not isinstance(pointers, list) or len(pointers) != calls:
         problem = problem or "the worker did not say where every call's outputs are"
