@@ -54,6 +54,16 @@ def _resolve(profile: str, device: str | None, protocol: Protocol | None) -> tup
     return device, protocol or measure.protocol_for(profile)
 
 
+def withhold_unheld_stepping(entries: list[dict[str, Any]]) -> None:
+    """Entries stepped without the core fence do not bill: their worker ran between its done
+    records and the next announcements, where input-independent work costs it nothing
+    (docs/protocol.md, the core fence)."""
+    for item in entries:
+        timing = item.get("timing") or {}
+        if timing.get("calls_revealed_one_at_a_time") and not timing.get("values_copied_while_worker_held"):
+            item["billable"], item["billable_speedup"] = False, None
+
+
 def _document(
     *,
     kind: str,
@@ -70,6 +80,7 @@ def _document(
     if not sandbox_trusted(sandbox):
         for item in entries:  # figures from a host lacking protections bill only if the operator says so
             item["billable"], item["billable_speedup"] = False, None
+    withhold_unheld_stepping(entries)
     environment = environment_fingerprint(device, threads=session.sandbox.config.threads)
     environment["sandbox_protections"] = sandbox.get("protections")
     environment["kernel_clock"] = kernel_clock(device)

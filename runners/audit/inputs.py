@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 
 from runners import suite
+from runners.audit import futex
 from runners.suite import WorkloadSpec
 
 if TYPE_CHECKING:
@@ -94,6 +95,25 @@ def map_inputs(path: str, nbytes: int) -> tuple[mmap.mmap, torch.Tensor]:
     if libc.mprotect(ctypes.c_void_p(base.data_ptr()), ctypes.c_size_t(nbytes), mmap.PROT_READ | mmap.PROT_WRITE) != 0:
         raise OSError(ctypes.get_errno(), "mprotect of the input mapping failed")
     return mapping, base
+
+
+def map_control(path: str, offset: int) -> tuple[mmap.mmap, int]:
+    """A worker's second view of the control page: shared and read-only, and the address of its
+    counter word. The worker reads the counter and wakes the parent through this one: a futex
+    wake on a writable private mapping copies the page first (the kernel asks for write access
+    before it settles for read), after which the worker's copy never saw the parent's next
+    announcement, and the wake named a word the parent does not sleep on."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        mapping = mmap.mmap(fd, 4096, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ, offset=offset)
+    finally:
+        os.close(fd)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # read-only on purpose
+        address = torch.frombuffer(mapping, dtype=torch.uint8, count=8).data_ptr()
+    return mapping, address
 
 
 class SharedInputs:
@@ -215,6 +235,12 @@ class SharedInputs:
         """Write `number` to the control page: the call it names may start. A single aligned 8-byte
         store, made after the slot's values were copied (x86 keeps stores in order)."""
         ctypes.c_uint64.from_address(self._base.data_ptr() + self.layout.control).value = number
+
+    def sleep(self, number: int, timeout_s: float) -> int:
+        """The parent sleeps while `number` is the announced call, until the worker wakes it (it
+        does right after writing that call's done record), a signal or `timeout_s`; returns
+        runners.audit.futex.wait's answer."""
+        return futex.wait(self._base.data_ptr() + self.layout.control, number, timeout_s)
 
     def close(self) -> None:
         self._shared_view.release()

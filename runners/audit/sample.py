@@ -6,6 +6,7 @@ Trusted side: nothing here runs in a worker.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import resource
@@ -15,8 +16,9 @@ from typing import Any, Collection, Sequence
 
 import torch
 
+from runners.audit import futex
 from runners.audit.inputs import DoneRecord, DoneRecordBroken, SharedInputs
-from runners.sandbox import Worker
+from runners.sandbox import SandboxError, Worker
 from runners.sandbox.procfs import core_interrupts
 from runners.suite import WorkloadSpec
 from runners import suite
@@ -42,7 +44,7 @@ class Sample:
     checksums: list[list[float]] = field(default_factory=list)
     frozen: bool = False
     stepped: bool = False  # calls revealed one at a time (CPU with a core to spare for the parent)
-    fenced: bool = False  # stepped, and every call's values copied while the parent held the worker's core
+    fenced: bool = False  # stepped, the parent holding the worker's core outside every call's window (CoreFence)
     snapshots: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)  # call -> (address, bytes) read when it said done
     snapshot_stalls: int = 0  # of those reads, how many waited on the worker (its memory-map lock)
     interrupts: int | None = None  # on the measurement cores (procfs.core_interrupts): stepped, from call 0 seen done to the reply
@@ -132,28 +134,27 @@ def spare_cores(worker: Worker) -> list[int]:
 
 
 class CoreFence:
-    """The parent takes the worker's only measurement core while it copies the next call's values.
+    """The parent takes the worker's only measurement core for a stepped sample.
 
     A real-time thread (SCHED_FIFO) moved onto a core preempts every ordinary thread there at
-    once, and the worker's tree may run on no other core (its cpuset): while the parent holds the
-    core nothing of the worker runs, so no worker can watch the values land and start on them
-    before its call is announced. The parent copies, starts the call's clock, announces and
-    leaves: the worker resumes (a context switch, not a wake-up from idle) to a call already
-    announced, and the move back counts in every arm's window. Needs one measurement core and the right to use SCHED_FIFO (root or CAP_SYS_NICE);
-    `enter` says False, and nothing is held, where either is missing."""
+    once, and the worker's tree may run on no other core (its cpuset): while the parent runs
+    there nothing of the worker runs. The parent stays on the core from before call 0 to after the
+    last call is seen done and runs whenever it is awake: it copies a call's values, announces it
+    and sleeps (the worker's window), and the worker's wake after its done record hands the core
+    back at once (a real-time thread woken on its own core preempts the waker). So no worker can
+    watch values land before its call is announced, and none runs between a call's done record
+    and the next announcement. Needs one measurement core and the right to use SCHED_FIFO (root
+    or CAP_SYS_NICE); `enter` says False, and nothing is held, where either is missing.
+
+    Until 2026-12-05 the fence was entered and left around each call's copy: the worker ran on
+    its own from its done record until the parent's move onto the core (35-50 us on a VM), and a
+    candidate that moved its input-independent per-call work there billed 1.06-1.075x for
+    nothing on `cpu-ci` rmsnorm (a red team)."""
 
     def __init__(self, core: int, home: Sequence[int]) -> None:
         self.core, self.home = core, list(home)
-        self.held_ns = 0  # the last hold: from before the move onto the core to the start of the move back
 
     def enter(self) -> bool:
-        # The hold is timed from before the move onto the core: the worker is preempted somewhere
-        # inside that move (35-50 us on some VMs), before the call is announced, so its wait there
-        # lies outside every window and is never discounted. Timed from arrival only, that wait
-        # (about 30 us a call, 2026-12-05) was taken off as if others had caused it. The move back
-        # is not held: it comes after the announcement, inside the window, and the worker's wait
-        # for it is the harness's, the same in every arm, so it comes off.
-        self._arrived = time.perf_counter_ns()
         try:
             os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
         except OSError:
@@ -167,17 +168,15 @@ class CoreFence:
 
     def leave(self) -> None:
         """Back to the parent's own cores (moved while still real-time), then an ordinary thread."""
-        left = time.perf_counter_ns()
         try:
             os.sched_setaffinity(0, self.home)
         finally:
             os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-        self.held_ns = left - self._arrived
 
 
 def _fence_for(worker: Worker, spare: Sequence[int]) -> CoreFence | None:
     cores = list(worker.sandbox.config.cpus)
-    return CoreFence(cores[0], spare) if len(cores) == 1 and spare else None
+    return CoreFence(cores[0], spare) if len(cores) == 1 and spare and futex.available() else None
 
 
 def _step(worker: Worker, inputs: SharedInputs, slots: Sequence[int], *, base: int, done: DoneRecord,
@@ -203,62 +202,96 @@ def _step_calls(steps: _Steps, worker: Worker, inputs: SharedInputs, slots: Sequ
                 fence: CoreFence | None = None, cores: Sequence[int] = ()) -> None:
     clock = time.perf_counter_ns
     seen = 0
-    steps.fenced = fence is not None
-    for index, slot in enumerate(slots):
-        number = base + index + 1
-        held_by = fence if steps.fenced and fence is not None and fence.enter() else None
-        steps.fenced = held_by is not None
-        # Fenced, the values are copied and the call announced while the worker cannot run; its
-        # window starts before the parent leaves the core (the worker resumes as the parent is
-        # taken off it, before the parent's own call returns), so the move back counts in every
-        # arm's window.
-        try:
+    # Held (the fence entered once for the whole sample): the parent runs on the worker's core
+    # at real-time priority except while it sleeps inside a call's window, so the worker runs
+    # only inside windows. It copies a call's values, announces it and sleeps; the worker wakes it
+    # right after writing the done record, and the wake hands the core straight back to the
+    # parent. Nothing of the worker runs between one call's done record and the next call's
+    # announcement: work a candidate moved there (allocating outputs, unpacking arguments) now
+    # runs inside a window. Spun at a distance (no fence), that gap was the worker's, unbilled.
+    held = fence is not None and fence.enter()
+    steps.fenced = held
+    try:
+        for index, slot in enumerate(slots):
+            number = base + index + 1
             inputs.reveal(slot)
-            announced = clock()  # before the store: the worker's clock may start the moment it lands
+            announced = clock()  # before the store: the worker's call may start the moment it lands
             inputs.announce(number)
-        finally:
-            if held_by is not None:
-                held_by.leave()
-        if index:
-            steps.gaps_ns += announced - seen
-        polls = 0
-        while done.number() != number:
-            polls += 1
-            if polls & 4095 == 0:
-                # An error, or a reply without every call. The last call's "done" and the reply
-                # may both land between the two reads (the parent preempted in between, seen in a
-                # loaded CI run): the record is read again before the worker is blamed.
-                if worker.reply_ready() and done.number() != number:
-                    steps.problem = f"the worker answered before call {index + 1} of {len(slots)} was done"
-                    return
-                worker.check_limits(op, deadline, timeout)
-        seen = clock()
-        steps.window_ns += seen - announced
-        steps.windows.append(seen - announced)
-        if index in snapshot:
-            # The record's byte counts are the worker's word: a count below the whole output's
-            # would make the snapshot a check of the few bytes the worker chose. Such a record
-            # gets no snapshot, which fails the sample; the exact count is checked again against
-            # the layout the worker later describes (KernelAudit._snapshots_hold).
-            # A read of another process's memory takes its memory-map lock; a worker can hold that
-            # lock for writing (a second thread in a long mprotect) so the read waits until the
-            # output it reported done is finished. An uncontended read never blocks: the parent's
-            # thread going to sleep during it (a voluntary context switch) marks the snapshot stalled.
-            blocked = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
-            taken = []
-            for (address, span), (least, most) in zip(done.outputs(), spans):
-                data = worker.peek_scattered(address, span) if address and least <= span <= most else b""
-                taken.append((address, data))
-            steps.snapshots[index] = taken
-            if resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw != blocked:
-                steps.stalls += 1
-        if index == 0 and len(slots) > 1:
-            # After any snapshot (read at once, the worker gets no time from this). Interrupts are
-            # judged over the calls after the first: call 0 bills nothing, and a candidate that
-            # filled it with its own interrupts (a red team: 10 ms of 1 us sleeps) raised its rate
-            # enough to hide a storm aimed at the other arms.
-            counted = core_interrupts(list(cores))  # the measurement cores, read before the parent pinned itself
-            steps.interrupts_mark = (counted, clock()) if counted is not None else None
+            if index:
+                steps.gaps_ns += announced - seen
+            if held:
+                waited = _sleep_until_done(worker, inputs, done, number, op=op, deadline=deadline, timeout=timeout)
+            else:
+                waited = _spin_until_done(worker, done, number, op=op, deadline=deadline, timeout=timeout)
+            if not waited:
+                steps.problem = f"the worker answered before call {index + 1} of {len(slots)} was done"
+                return
+            seen = clock()
+            steps.window_ns += seen - announced
+            steps.windows.append(seen - announced)
+            if index in snapshot:
+                # The record's byte counts are the worker's word: a count below the whole output's
+                # would make the snapshot a check of the few bytes the worker chose. Such a record
+                # gets no snapshot, which fails the sample; the exact count is checked again against
+                # the layout the worker later describes (KernelAudit._snapshots_hold).
+                # A read of another process's memory takes its memory-map lock; a worker can hold that
+                # lock for writing (a second thread in a long mprotect) so the read waits until the
+                # output it reported done is finished. An uncontended read never blocks: the parent's
+                # thread going to sleep during it (a voluntary context switch) marks the snapshot stalled.
+                blocked = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+                taken = []
+                for (address, span), (least, most) in zip(done.outputs(), spans):
+                    data = worker.peek_scattered(address, span) if address and least <= span <= most else b""
+                    taken.append((address, data))
+                steps.snapshots[index] = taken
+                if resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw != blocked:
+                    steps.stalls += 1
+            if index == 0 and len(slots) > 1:
+                # After any snapshot (read at once, the worker gets no time from this). Interrupts are
+                # judged over the calls after the first: call 0 bills nothing, and a candidate that
+                # filled it with its own interrupts (a red team: 10 ms of 1 us sleeps) raised its rate
+                # enough to hide a storm aimed at the other arms.
+                counted = core_interrupts(list(cores))  # the measurement cores, read before the parent pinned itself
+                steps.interrupts_mark = (counted, clock()) if counted is not None else None
+    finally:
+        if held and fence is not None:
+            fence.leave()
+
+
+_NAP_S = 0.05  # a held parent's longest sleep in a window before it checks the worker's limits
+_NAP_ENDINGS = (0, errno.EAGAIN, errno.ETIMEDOUT, errno.EINTR)  # woken, already changed, timed out, a signal
+
+
+def _sleep_until_done(worker: Worker, inputs: SharedInputs, done: DoneRecord, number: int, *, op: str,
+                      deadline: float, timeout: float) -> bool:
+    """Held: sleep on the counter until the record names `number`; False where the worker replied
+    without it. A worker that never wakes the parent is seen at the next nap's end (its window
+    runs on meanwhile); wake-ups without the record cost the worker's own window."""
+    while done.number() != number:
+        failed = inputs.sleep(number, _NAP_S)
+        if failed not in _NAP_ENDINGS:
+            # Never spin here: at real-time priority on the worker's core the worker would not run.
+            raise SandboxError("harness.error", f"the parent cannot sleep on the control page: {os.strerror(failed)}")
+        if done.number() == number:
+            return True
+        if worker.reply_ready() and done.number() != number:
+            return False
+        worker.check_limits(op, deadline, timeout)
+    return True
+
+
+def _spin_until_done(worker: Worker, done: DoneRecord, number: int, *, op: str, deadline: float, timeout: float) -> bool:
+    polls = 0
+    while done.number() != number:
+        polls += 1
+        if polls & 4095 == 0:
+            # An error, or a reply without every call. The last call's "done" and the reply
+            # may both land between the two reads (the parent preempted in between, seen in a
+            # loaded CI run): the record is read again before the worker is blamed.
+            if worker.reply_ready() and done.number() != number:
+                return False
+            worker.check_limits(op, deadline, timeout)
+    return True
 
 
 def timed_sample(

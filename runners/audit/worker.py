@@ -23,7 +23,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from runners import checks, suite
-from runners.audit.inputs import DoneRecord, SlotLayout, map_inputs
+from runners.audit import futex
+from runners.audit.inputs import DoneRecord, SlotLayout, map_control, map_inputs
 from runners.measure import candidate_fault
 from runners.sandbox import WorkerFault
 from runners.suite import WorkloadSpec
@@ -166,6 +167,8 @@ class KernelWorker:
         # worker's own "done" record, which the parent reads from outside: call number, then
         # (address, bytes) of every output of that call.
         self.counter: ctypes.c_uint64 | None = None
+        self.counter_address = 0  # the parent sleeps on this word's low half while a call runs (runners.audit.futex)
+        self._control: mmap.mmap | None = None
         self.done: Any = None
         self._done_map: mmap.mmap | None = None
         self.elsize = 1
@@ -191,7 +194,8 @@ class KernelWorker:
         self.layout = SlotLayout.for_spec(self.spec, int(header["slots"]))
         self.elsize = torch.empty((), dtype=self.spec.torch_dtype).element_size()
         self.mapping, base = map_inputs(str(header["path"]), self.layout.nbytes)
-        self.counter = ctypes.c_uint64.from_address(base.data_ptr() + self.layout.control)
+        self._control, self.counter_address = map_control(str(header["path"]), self.layout.control)
+        self.counter = ctypes.c_uint64.from_address(self.counter_address)
         outputs = len(suite.output_shapes(self.spec))
         words = DoneRecord.words_for(outputs)
         self.done_outputs = outputs
@@ -307,8 +311,10 @@ class KernelWorker:
         return len(checks.python_threads() - threads_before)
 
     def _await(self, number: int) -> None:
-        """Spin until the parent's counter reads `number` (a blocked thread takes tens of
-        microseconds to wake; the spin's CPU is harness cost in every arm alike)."""
+        """Spin until the parent's counter reads `number`. Where the parent holds this core
+        between calls (sample.CoreFence), it reads `number` already when this thread runs again;
+        otherwise the spin is the harness's wait (a blocked thread takes tens of microseconds to
+        wake), the same in every arm."""
         counter = self.counter
         assert counter is not None
         while counter.value != number:
@@ -332,6 +338,7 @@ class KernelWorker:
                 done[slot], done[slot + 1] = 0, 0
             slot += 2
         done[DoneRecord.NUMBER] = number
+        futex.wake(self.counter_address)
 
     def _spans(self) -> list[tuple[int, int, int]]:
         """(address word, output position, bytes) of each output as `_report_done` just wrote
@@ -354,6 +361,7 @@ class KernelWorker:
         # its own process): the full description once, then one address per output a call.
         spans: list[tuple[int, int, int]] | None = None
         done, number_word = self.done, DoneRecord.NUMBER
+        wake, counter_address = futex.wake, self.counter_address
         for index in range(first, len(calls)):
             number = base + index + 1
             self._await(number)
@@ -376,6 +384,7 @@ class KernelWorker:
                     item = items[position] if position < len(items) else None
                     done[word] = item.data_ptr() if span and type(item) is torch.Tensor else 0
             done[number_word] = number
+            wake(counter_address)  # the parent, holding this core, takes it back at once
         if not timed:
             return {}
         # No CPU clock per call (two system calls a call): the parent judges stepped samples on its
