@@ -30,7 +30,7 @@ from runners import checks, measure, result, stats, suite
 from runners.artifact import applier_source, artifact_document
 from runners.audit.model_inputs import commit_weights
 from runners.audit.model_sample import ModelSample, stepped_sample
-from runners.audit.rounds import Interference, Round, interference_excess, interrupts_excess, next_arm_slowdown
+from runners.audit.rounds import Interference, Round, bootstrap_args, interference_excess, judge_interrupts, judge_next_arm
 from runners.audit.session import host_freezes
 from runners.measure import Protocol
 from runners.modelload import read_config
@@ -532,7 +532,7 @@ def _judge_background(outcome: _PhaseOutcome, slots: dict[str, _Slot], ledger: m
         return
     if len(idle_c) < _MIN_JUDGED_ROUNDS:
         return
-    options = {"resamples": protocol.bootstrap_resamples, "confidence": protocol.confidence}
+    options = bootstrap_args(protocol)
     excess = interference_excess(outcome.meanwhile.get("optimized") or [],
                                  [outcome.meanwhile.get(label) or [] for label in ("baseline", "aa")])
     if excess is not None:
@@ -577,15 +577,13 @@ def _judge_left_behind(outcome: _PhaseOutcome, protocol: Protocol, *, seed: int)
     rounds = outcome.measured_rounds
     if len(rounds) < _MIN_JUDGED_ROUNDS or not all({"optimized", "baseline", "aa"} <= set(r) for _, r in rounds):
         return
-    options = {"resamples": protocol.bootstrap_resamples, "confidence": protocol.confidence}
     rates = {label: [r[label].interrupts_per_ms for _, r in rounds] for label in ("optimized", "baseline", "aa")}
     if all(rate is not None for values in rates.values() for rate in values):
         outcome.left_behind["interrupts_per_ms"] = {label: stats.median(values) for label, values in rates.items()}
-        est = interrupts_excess(rates["optimized"], [rates["baseline"], rates["aa"]],
-                                seed=suite.derive_seed(seed, "interrupts") & 0xFFFFFFFF, **options)
+        est, over = judge_interrupts(rates["optimized"], [rates["baseline"], rates["aa"]], protocol, seed=seed)
         if est is not None:
             outcome.left_behind["interrupts_per_ms_extra_in_trusted"] = [est.point, est.low, est.high]
-            if est.low > protocol.interrupt_excess_per_ms:
+            if over:
                 outcome.fail(Reason("integrity.interrupts_in_other_arms",
                                     f"{outcome.phase}: the measurement cores took {est.point:.2f} more interrupts per ms while "
                                     f"the trusted workers were measured than while the optimized model's worker was "
@@ -595,11 +593,11 @@ def _judge_left_behind(outcome: _PhaseOutcome, protocol: Protocol, *, seed: int)
     names = {"optimized": "candidate", "aa": "baseline_aa", "baseline": "baseline"}
     pairs = [(tuple(names.get(label, label) for label in order), {names[k]: r[k].per_call_s for k in ("baseline", "aa")})
              for order, r in rounds]
-    found = next_arm_slowdown(pairs, seed=suite.derive_seed(seed, "next-arm") & 0xFFFFFFFF, **options)
+    found, over = judge_next_arm(pairs, protocol, seed=seed)
     if found is None:
         return
     outcome.left_behind["next_arm_slowdown"] = list(found)
-    if found[1] > 1.0 + protocol.next_arm_tolerance:
+    if over:
         outcome.fail(Reason("integrity.slows_next_arm",
                             f"{outcome.phase}: the trusted worker measured right after the optimized model's ran "
                             f"{found[0]:.3f}x as long as the one that was not (95% CI [{found[1]:.3f}, {found[2]:.3f}], "

@@ -19,7 +19,7 @@ import torch
 from runners import checks, measure, stats, suite
 from runners.audit.inputs import SharedInputs, max_calls, slots_for
 from runners.audit.outcome import CHECK_PHASE_CHECKS, TIMING_CHECKS, Outcome
-from runners.audit.rounds import Interference, Round, interference_excess, interrupts_excess, next_arm_slowdown
+from runners.audit.rounds import Interference, Round, bootstrap_args, interference_excess, judge_interrupts, judge_next_arm
 from runners.audit.sample import Sample, dense_bytes, layout_bytes, overlaps, read_outputs, timed_sample
 from runners.audit.session import AuditSession, Binding, HarnessError
 from runners.measure import Protocol
@@ -690,7 +690,7 @@ def judge_timing(outcome: Outcome, slots: list[_Slot], rounds: list[dict[str, Sa
     trusted = [slot for slot in slots if slot.label.startswith("baseline")]
     problems = [s.clock_problem for s in candidate.samples if s.clock_problem]
     reported = stats.median([s.reported_ns / 1e9 for s in candidate.samples]) if candidate.samples else 0.0
-    bootstrap = {"resamples": protocol.bootstrap_resamples, "confidence": protocol.confidence}
+    bootstrap = bootstrap_args(protocol)
     summary: dict[str, Any] = {}
     if problems:
         outcome.fail([Reason("timing.clock_mismatch", problems[0])])
@@ -764,12 +764,11 @@ def _judge_interrupts(outcome: Outcome, summary: dict[str, Any], trusted: list[_
     if not rounds or any(rate is None for values in rates.values() for rate in values):
         return
     summary["interrupts_per_ms"] = {label: stats.median(values) for label, values in sorted(rates.items())}
-    est = interrupts_excess(rates["candidate"], [rates[s.label] for s in trusted],
-                            seed=suite.derive_seed(seed, "interrupts") & 0xFFFFFFFF, **bootstrap_args(protocol))
+    est, over = judge_interrupts(rates["candidate"], [rates[s.label] for s in trusted], protocol, seed=seed)
     if est is None:
         return
     summary["interrupts_per_ms_extra_in_trusted"] = [est.point, est.low, est.high]
-    if checked and len(rounds) >= MIN_JUDGED_ROUNDS and est.low > protocol.interrupt_excess_per_ms:
+    if checked and len(rounds) >= MIN_JUDGED_ROUNDS and over:
         outcome.fail([Reason(
             "integrity.interrupts_in_other_arms",
             f"the measurement cores took {est.point:.2f} more interrupts per ms while the trusted workers were measured than "
@@ -785,11 +784,11 @@ def _judge_next_arm(outcome: Outcome, summary: dict[str, Any], rounds: list[dict
     window, by a mechanism the other checks name or not, shows as that arm running slower."""
     pairs = [(r["candidate"].order, {label: r[label].per_call_s for label in ("baseline", "baseline_aa") if label in r})
              for r in rounds if "candidate" in r]
-    found = next_arm_slowdown(pairs, seed=suite.derive_seed(seed, "next-arm") & 0xFFFFFFFF, **bootstrap_args(protocol))
+    found, over = judge_next_arm(pairs, protocol, seed=seed)
     if found is None:
         return
     summary["next_arm_slowdown"] = list(found)
-    if checked and found[1] > 1.0 + protocol.next_arm_tolerance:
+    if checked and over:
         outcome.fail([Reason(
             "integrity.slows_next_arm",
             f"the trusted arm measured right after the candidate ran {found[0]:.3f}x as long as the one that was not "
@@ -865,5 +864,3 @@ def _judge_cpu(outcome: Outcome, summary: dict[str, Any], candidate: _Slot, trus
         )])
 
 
-def bootstrap_args(protocol: Protocol) -> dict[str, Any]:
-    return {"resamples": protocol.bootstrap_resamples, "confidence": protocol.confidence}

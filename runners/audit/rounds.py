@@ -15,12 +15,15 @@ and how many rounds they take.
 
 from __future__ import annotations
 
-from typing import Callable, Generic, Protocol as TypingProtocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Protocol as TypingProtocol, Sequence, TypeVar
 
 import numpy as np
 
-from runners import stats
+from runners import stats, suite
 from runners.sandbox import Worker
+
+if TYPE_CHECKING:
+    from runners.measure import Protocol
 
 
 class Arm(TypingProtocol):
@@ -79,6 +82,26 @@ class Round(Generic[A, R]):
                 if other in self.arms:
                     self.interference.add(other.label, (other.worker.cpu_ns() - start) / 1e9)
         return records
+
+
+def bootstrap_args(protocol: Protocol) -> dict[str, Any]:
+    """The bootstrap options of every interval an audit judges on."""
+    return {"resamples": protocol.bootstrap_resamples, "confidence": protocol.confidence}
+
+
+def judge_next_arm(rounds: Sequence[tuple[Sequence[str], dict[str, float]]], protocol: Protocol, *,
+                   seed: int) -> tuple[tuple[float, float, float] | None, bool]:
+    """`next_arm_slowdown` over the rounds, and whether its lower bound is past the protocol's
+    tolerance (kernel and whole-model audits word the reason themselves)."""
+    found = next_arm_slowdown(rounds, seed=suite.derive_seed(seed, "next-arm") & 0xFFFFFFFF, **bootstrap_args(protocol))
+    return found, found is not None and found[1] > 1.0 + protocol.next_arm_tolerance
+
+
+def judge_interrupts(candidate: Sequence[float], trusted: Sequence[Sequence[float]], protocol: Protocol, *,
+                     seed: int) -> tuple[stats.Estimate | None, bool]:
+    """`interrupts_excess`, and whether its lower bound is past the protocol's allowance."""
+    est = interrupts_excess(candidate, trusted, seed=suite.derive_seed(seed, "interrupts") & 0xFFFFFFFF, **bootstrap_args(protocol))
+    return est, est is not None and est.low > protocol.interrupt_excess_per_ms
 
 
 def next_arm_slowdown(rounds: Sequence[tuple[Sequence[str], dict[str, float]]], *, resamples: int, confidence: float,
