@@ -67,10 +67,11 @@ class Protocol:
     # behind and the allowance is small.
     round_cpu_abs_s: float = 0.0002
     round_cpu_rel: float = 0.02
-    # Stepped samples: per call, the worker's own bookkeeping around each call (noticing the
-    # announcement, reporting where the outputs are) runs with whatever caches the kernel left, so
-    # it costs an honest candidate with a larger footprint ~2 us more per call than the baseline on
-    # this VM (softmax alternative: 8.1 vs 5.9 us median); allowed per call on top.
+    # Stepped samples without the core fence: per call, the worker's own bookkeeping around each
+    # call (noticing the announcement, reporting where the outputs are) runs with whatever caches
+    # the kernel left, so it costs an honest candidate with a larger footprint ~2 us more per call
+    # than the baseline on this VM (softmax alternative: 8.1 vs 5.9 us median); allowed per call on
+    # top. Held samples (sample.CoreFence) bill that bookkeeping inside their windows: no allowance.
     round_cpu_per_call_s: float = 0.000002
     # Challenged calls per round: at least verify_per_round, and this share of a sample's calls (at
     # most 16), so skipping a few calls of a long sample is caught within a few rounds.

@@ -134,6 +134,7 @@ class SharedInputs:
         finally:
             os.close(fd)
         self._base = torch.frombuffer(self._mapping, dtype=torch.uint8, count=self.layout.nbytes)
+        self._announced = 0  # the counter word's value (the file starts zeroed)
         self._stage = torch.zeros(self.layout.nbytes, dtype=torch.uint8)
         self._shared_view = memoryview(self._mapping)
         self._stage_view = memoryview(self._stage.numpy())
@@ -235,12 +236,13 @@ class SharedInputs:
         """Write `number` to the control page: the call it names may start. A single aligned 8-byte
         store, made after the slot's values were copied (x86 keeps stores in order)."""
         ctypes.c_uint64.from_address(self._base.data_ptr() + self.layout.control).value = number
+        self._announced = number
 
-    def sleep(self, number: int, timeout_s: float) -> int:
-        """The parent sleeps while `number` is the announced call, until the worker wakes it (it
-        does right after writing that call's done record), a signal or `timeout_s`; returns
+    def sleep(self, timeout_s: float) -> int:
+        """The parent sleeps on the counter (which holds what it last announced) until a worker
+        wakes it (after its "ready" and after each done record), a signal or `timeout_s`; returns
         runners.audit.futex.wait's answer."""
-        return futex.wait(self._base.data_ptr() + self.layout.control, number, timeout_s)
+        return futex.wait(self._base.data_ptr() + self.layout.control, self._announced, timeout_s)
 
     def close(self) -> None:
         self._shared_view.release()

@@ -329,8 +329,8 @@ class KernelAudit:
                 # The candidate's outputs of a few calls, drawn now from a secret source, are read
                 # the moment it says each is done (stepped samples): outputs finished later, with
                 # the next calls' inputs in hand, do not match them.
-                # Never the last call: nothing follows it to batch with, work deferred past it shows
-                # in the request's time, and the worker would be replying while the parent read.
+                # Not the last call here: unfenced, the worker would be replying while the parent
+                # read it; held samples read it as well (sample._step_calls).
                 snapshot = (_CHALLENGE.sample(range(calls - 1), min(calls - 1, self._challenge_count(calls)))
                             if slot.worker is self.candidate and calls > 1 else ())
                 sample = self._sample(slot.worker, layout, timeout=self.timeout, fields=commit, snapshot=snapshot)
@@ -840,7 +840,9 @@ def _judge_cpu(outcome: Outcome, summary: dict[str, Any], candidate: _Slot, trus
     est = stats.median_ci(hidden, seed=suite.derive_seed(seed, "cpu", "hidden") & 0xFFFFFFFF, **bootstrap_args(protocol))
     timed_median = stats.median(timed)
     allowed = protocol.round_cpu_abs_s + protocol.round_cpu_rel * timed_median
-    if stepped:
+    if stepped and not all(r[s.label].fenced for r in rounds for s in [candidate, *trusted]):
+        # Unfenced, the worker's own bookkeeping around each call runs outside the windows. Held,
+        # it is inside them (billed), and nothing of the worker runs between calls.
         allowed += protocol.round_cpu_per_call_s * stats.median([r["candidate"].calls for r in rounds])
     summary["hidden_work_s"] = [est.point, est.low, est.high]
     summary["harness_cost_s"] = stats.median(harness)

@@ -12,7 +12,7 @@ import os
 import resource
 import time
 from dataclasses import dataclass, field
-from typing import Any, Collection, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 import torch
 
@@ -52,6 +52,7 @@ class Sample:
     request_ns: int = 0  # the parent's clock, request sent to reply received
     gaps_ns: int = 0  # stepped: between a call seen done and the next announced (the parent's copies and snapshots)
     call_windows: list[int] = field(default_factory=list)  # stepped: each call's window on the parent's clock
+    ready_ns: int = 0  # stepped: from the request sent to the worker's "ready" for call 0 (its reading of the request)
     meanwhile_s: float = 0.0  # CPU of the tree while other arms of the round were measured (runners.audit.rounds)
     order: tuple[str, ...] = ()  # the round's arms in the order they were measured
 
@@ -124,6 +125,8 @@ class _Steps:
         self.fenced = False  # every call's values copied while the parent held the worker's core
         self.stalls = 0  # snapshot reads during which the parent's thread blocked (see _step_calls)
         self.interrupts_mark: tuple[int, int] | None = None  # (interrupts, perf_counter ns) when call 0 was seen done
+        self.sent_ns = 0  # the request sent (perf_counter ns)
+        self.ready_ns = 0  # from the request sent to the worker's "ready" (it has read the request and waits for call 0)
         self.problem: str | None = None
 
 
@@ -179,9 +182,9 @@ def _fence_for(worker: Worker, spare: Sequence[int]) -> CoreFence | None:
     return CoreFence(cores[0], spare) if len(cores) == 1 and spare and futex.available() else None
 
 
-def _step(worker: Worker, inputs: SharedInputs, slots: Sequence[int], *, base: int, done: DoneRecord,
-          snapshot: Collection[int], spans: Sequence[tuple[int, int]], op: str, deadline: float, timeout: float,
-          fence: CoreFence | None = None, cores: Sequence[int] = ()) -> _Steps:
+def _step(worker: Worker, inputs: SharedInputs, slots: Sequence[int], *, request: Callable[[], int], base: int,
+          done: DoneRecord, snapshot: Collection[int], spans: Sequence[tuple[int, int]], op: str, deadline: float,
+          timeout: float, fence: CoreFence | None = None, cores: Sequence[int] = ()) -> _Steps:
     """Reveal call i's values, announce it, wait for the worker to say it is done; read the outputs
     of the calls in `snapshot` (drawn secretly by the caller) at that moment, before the next call's
     values exist anywhere the worker can read, in a secret order of chunks (a worker finishing the
@@ -190,16 +193,16 @@ def _step(worker: Worker, inputs: SharedInputs, slots: Sequence[int], *, base: i
     outputs it later reports."""
     steps = _Steps()
     try:
-        _step_calls(steps, worker, inputs, slots, base=base, done=done, snapshot=snapshot,
+        _step_calls(steps, worker, inputs, slots, request=request, base=base, done=done, snapshot=snapshot,
                     spans=spans, op=op, deadline=deadline, timeout=timeout, fence=fence, cores=cores)
     except DoneRecordBroken as exc:
         steps.problem = f"{exc}: its calls cannot be followed"
     return steps
 
 
-def _step_calls(steps: _Steps, worker: Worker, inputs: SharedInputs, slots: Sequence[int], *, base: int, done: DoneRecord,
-                snapshot: Collection[int], spans: Sequence[tuple[int, int]], op: str, deadline: float, timeout: float,
-                fence: CoreFence | None = None, cores: Sequence[int] = ()) -> None:
+def _step_calls(steps: _Steps, worker: Worker, inputs: SharedInputs, slots: Sequence[int], *, request: Callable[[], int],
+                base: int, done: DoneRecord, snapshot: Collection[int], spans: Sequence[tuple[int, int]], op: str,
+                deadline: float, timeout: float, fence: CoreFence | None = None, cores: Sequence[int] = ()) -> None:
     clock = time.perf_counter_ns
     seen = 0
     # Held (the fence entered once for the whole sample): the parent runs on the worker's core
@@ -209,9 +212,25 @@ def _step_calls(steps: _Steps, worker: Worker, inputs: SharedInputs, slots: Sequ
     # parent. Nothing of the worker runs between one call's done record and the next call's
     # announcement: work a candidate moved there (allocating outputs, unpacking arguments) now
     # runs inside a window. Spun at a distance (no fence), that gap was the worker's, unbilled.
+    # The request goes out once the parent holds the core (the worker's wake-up is then a local
+    # one, not an idle core's), and call 0 is announced only after the worker's "ready" (the
+    # record names `base`): its reading of the request lies outside every window, and every call,
+    # call 0 included, bills. Work a worker does before "ready" is time outside its windows, held
+    # to the trusted workers' (kernel._judge_cpu, `_outside_s`).
     held = fence is not None and fence.enter()
     steps.fenced = held
     try:
+        steps.sent_ns = request()
+        wait = _sleep_until_done if held else _spin_until_done
+        if not wait(worker, inputs, done, base, op=op, deadline=deadline, timeout=timeout):
+            steps.problem = "the worker answered before it was ready for call 1"
+            return
+        steps.ready_ns = clock() - steps.sent_ns
+        if held and snapshot:
+            # Held, the worker cannot run while its last call's outputs are read (it would be
+            # replying otherwise): read them too, or work deferred past the last "done" would
+            # only be held to the hidden-work allowance.
+            snapshot = {*snapshot, len(slots) - 1}
         for index, slot in enumerate(slots):
             number = base + index + 1
             inputs.reveal(slot)
@@ -219,11 +238,7 @@ def _step_calls(steps: _Steps, worker: Worker, inputs: SharedInputs, slots: Sequ
             inputs.announce(number)
             if index:
                 steps.gaps_ns += announced - seen
-            if held:
-                waited = _sleep_until_done(worker, inputs, done, number, op=op, deadline=deadline, timeout=timeout)
-            else:
-                waited = _spin_until_done(worker, done, number, op=op, deadline=deadline, timeout=timeout)
-            if not waited:
+            if not wait(worker, inputs, done, number, op=op, deadline=deadline, timeout=timeout):
                 steps.problem = f"the worker answered before call {index + 1} of {len(slots)} was done"
                 return
             seen = clock()
@@ -259,28 +274,32 @@ def _step_calls(steps: _Steps, worker: Worker, inputs: SharedInputs, slots: Sequ
 
 
 _NAP_S = 0.05  # a held parent's longest sleep in a window before it checks the worker's limits
-_NAP_ENDINGS = (0, errno.EAGAIN, errno.ETIMEDOUT, errno.EINTR)  # woken, already changed, timed out, a signal
+_NAP_ENDINGS = (0, errno.ETIMEDOUT, errno.EINTR)  # woken, timed out, a signal
 
 
 def _sleep_until_done(worker: Worker, inputs: SharedInputs, done: DoneRecord, number: int, *, op: str,
                       deadline: float, timeout: float) -> bool:
     """Held: sleep on the counter until the record names `number`; False where the worker replied
     without it. A worker that never wakes the parent is seen at the next nap's end (its window
-    runs on meanwhile); wake-ups without the record cost the worker's own window."""
+    runs on meanwhile); a wake-up without the record costs a read of the record, inside the
+    window of the worker that is being measured."""
     while done.number() != number:
-        failed = inputs.sleep(number, _NAP_S)
-        if failed not in _NAP_ENDINGS:
+        ended = inputs.sleep(_NAP_S)
+        if ended not in _NAP_ENDINGS:
             # Never spin here: at real-time priority on the worker's core the worker would not run.
-            raise SandboxError("harness.error", f"the parent cannot sleep on the control page: {os.strerror(failed)}")
+            # (EAGAIN too: only the parent writes the counter, so it cannot differ from what it wrote.)
+            raise SandboxError("harness.error", f"the parent cannot sleep on the control page: {os.strerror(ended)}")
         if done.number() == number:
             return True
-        if worker.reply_ready() and done.number() != number:
-            return False
-        worker.check_limits(op, deadline, timeout)
+        if ended != 0:  # the nap ran out (or a signal): a worker that replied or hangs is seen here
+            if worker.reply_ready() and done.number() != number:
+                return False
+            worker.check_limits(op, deadline, timeout)
     return True
 
 
-def _spin_until_done(worker: Worker, done: DoneRecord, number: int, *, op: str, deadline: float, timeout: float) -> bool:
+def _spin_until_done(worker: Worker, inputs: SharedInputs, done: DoneRecord, number: int, *, op: str, deadline: float,
+                     timeout: float) -> bool:
     polls = 0
     while done.number() != number:
         polls += 1
@@ -341,11 +360,12 @@ def timed_sample(
         os.sched_setaffinity(0, spare)  # the parent spins too: never on a core it measures
         try:
             deadline = time.monotonic() + timeout
-            sent = worker.send("run", slots=list(slots), **request)
-            steps = _step(worker, inputs, slots, base=base, done=done, snapshot=set(snapshot),
-                          spans=spans, op="run", deadline=deadline, timeout=timeout,
-                          fence=held, cores=cores)
-            reply = worker.receive("run", sent_ns=sent, deadline=deadline, timeout=timeout)
+            if worker.frozen:
+                worker.thaw()  # before the fence: nothing of a held worker could run to finish a thaw
+            steps = _step(worker, inputs, slots, request=lambda: worker.send("run", slots=list(slots), **request),
+                          base=base, done=done, snapshot=set(snapshot), spans=spans, op="run", deadline=deadline,
+                          timeout=timeout, fence=held, cores=cores)
+            reply = worker.receive("run", sent_ns=steps.sent_ns, deadline=deadline, timeout=timeout)
         finally:
             os.sched_setaffinity(0, pinned)
     else:
@@ -379,13 +399,11 @@ def timed_sample(
         # allowance). The windows also hold the loop's own latency (noticing the announcement,
         # writing the done record), the same trusted code in every arm.
         reported = window
-        # The time a call bills is the mean window of the calls after the first. Call 0's window
-        # also holds the worker's wake-up from its pipe and its reading of the request (0.4-1 ms
-        # on this VM against ~50 us for the calls after it), which is noise and which a
-        # candidate could shorten by reading the request after its last call; with only call 0's
-        # values revealed, nothing done in it can serve a later call but what a warm worker keeps.
-        billed, billed_calls = (window - steps.windows[0], calls - 1) if calls > 1 and len(steps.windows) == calls else (window, calls)
-        per_call = billed / 1e9 / billed_calls
+        # The time a call bills is the mean window over every call, call 0 included: the worker
+        # reads the request before its "ready", outside every window. Until 2026-12-05 (sixth
+        # session) call 0's window held that reading (0.4-1 ms on this VM) and did not bill, so
+        # a worker could do there, free, the input-independent work of every later call.
+        per_call = window / 1e9 / calls
         preempted = 0  # stepped samples take no run-queue wait off (see the docstring)
     pointers = header.get("pointers")
     if not isinstance(pointers, list) or len(pointers) != calls:
@@ -417,6 +435,7 @@ def timed_sample(
         request_ns=reply.received_ns - reply.sent_ns,
         gaps_ns=steps.gaps_ns if steps is not None else 0,
         call_windows=steps.windows if steps is not None else [],
+        ready_ns=steps.ready_ns if steps is not None else 0,
     )
 
 

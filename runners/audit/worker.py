@@ -283,6 +283,8 @@ class KernelWorker:
         first = 0
         if self.device == "cpu":
             self.spacer = _heap_spacer()
+        if step_base is not None:
+            self._report_ready(step_base)
         with torch.no_grad():
             try:
                 if not self.called and calls:
@@ -319,6 +321,11 @@ class KernelWorker:
         assert counter is not None
         while counter.value != number:
             pass
+
+    def _report_ready(self, base: int) -> None:
+        """The request is read and this thread waits for call 0: the parent announces it now."""
+        self.done[DoneRecord.NUMBER] = base
+        futex.wake(self.counter_address)
 
     def _report_done(self, number: int, result: Any) -> None:
         """Where call `number`'s outputs are, then its number: the parent may read them from now on."""

@@ -134,11 +134,12 @@ def test_it_keeps_the_baseline_out_of_reach_of_a_sabotaging_candidate(session):
     assert entry["speedup"] < 3.0
 
 
-def test_a_samples_first_call_bills_nothing(session):
-    # 3 ms of waiting in each request's first call, against cpu-ci rmsnorm samples of a few ms:
-    # billed, it would read well under 0.7x; the calls after the first read as the baseline's.
+def test_a_samples_first_call_bills_like_any_other(session):
+    # 3 ms of waiting in each request's first call, against cpu-ci rmsnorm samples of a few ms: an
+    # honest cold start is accepted, and billed (an unbilled call 0 was a window where any
+    # input-independent work of the later calls was free: adv9_first_call_hoist.py).
     source = (HERE / "honest" / "rmsnorm_slow_first_call.py").read_text()
     document = audit_candidate("rmsnorm", source, profile="cpu-ci", seed=15, session=session)
     entry = document["workloads"][0]
     assert document["verdict"] == "accepted", entry["reasons"]
-    assert entry["ci95"][1] > 0.9, entry["ci95"]
+    assert entry["ci95"][1] < 0.9, entry["ci95"]

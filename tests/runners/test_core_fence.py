@@ -117,14 +117,18 @@ def test_a_held_parent_that_cannot_sleep_fails_the_sample_rather_than_spin():
     from runners.audit.sample import _sleep_until_done
     from runners.sandbox import SandboxError
 
-    inputs = types.SimpleNamespace(sleep=lambda number, timeout: errno.EINVAL)
-    done = types.SimpleNamespace(number=lambda: 0)
-    worker = types.SimpleNamespace(reply_ready=lambda: False, check_limits=lambda *a: None)
-    with pytest.raises(SandboxError, match="cannot sleep"):
-        _sleep_until_done(worker, inputs, done, 5, op="run", deadline=time.monotonic() + 5, timeout=5)
+    for broken in (errno.EINVAL, errno.EAGAIN):  # EAGAIN: the counter is the parent's alone; it cannot differ
+        inputs = types.SimpleNamespace(sleep=lambda timeout, broken=broken: broken)
+        done = types.SimpleNamespace(number=lambda: 0)
+        worker = types.SimpleNamespace(reply_ready=lambda: False, check_limits=lambda *a: None)
+        with pytest.raises(SandboxError, match="cannot sleep"):
+            _sleep_until_done(worker, inputs, done, 5, op="run", deadline=time.monotonic() + 5, timeout=5)
 
-    naps = iter([errno.ETIMEDOUT, errno.EAGAIN, 0])
+    naps = iter([errno.ETIMEDOUT, errno.EINTR, 0])
     numbers = iter([0, 0, 0, 0, 0, 5, 5])
-    inputs = types.SimpleNamespace(sleep=lambda number, timeout: next(naps))
+    checks = []
+    inputs = types.SimpleNamespace(sleep=lambda timeout: next(naps))
     done = types.SimpleNamespace(number=lambda: next(numbers))
+    worker = types.SimpleNamespace(reply_ready=lambda: False, check_limits=lambda *a: checks.append(a))
     assert _sleep_until_done(worker, inputs, done, 5, op="run", deadline=time.monotonic() + 5, timeout=5) is True
+    assert len(checks) == 2  # after the nap that ran out and the signal, not after the wake-up
