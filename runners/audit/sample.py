@@ -50,7 +50,7 @@ class Sample:
     interrupts: int | None = None  # on the measurement cores (procfs.core_interrupts): stepped, from call 0 seen done to the reply
     interrupts_ns: int = 0  # the span they were counted over
     request_ns: int = 0  # the parent's clock, request sent to reply received
-    gaps_ns: int = 0  # stepped: between a call seen done and the next announced (the parent's copies and snapshots)
+    gaps_ns: int = 0  # stepped: between a call seen done and the next announced, and after the last (the parent's copies and snapshots)
     call_windows: list[int] = field(default_factory=list)  # stepped: each call's window on the parent's clock
     ready_ns: int = 0  # stepped: from the request sent to the worker's "ready" for call 0 (its reading of the request)
     meanwhile_s: float = 0.0  # CPU of the tree while other arms of the round were measured (runners.audit.rounds)
@@ -268,6 +268,9 @@ def _step_calls(steps: _Steps, worker: Worker, inputs: SharedInputs, slots: Sequ
                 # enough to hide a storm aimed at the other arms.
                 counted = core_interrupts(list(cores))  # the measurement cores, read before the parent pinned itself
                 steps.interrupts_mark = (counted, clock()) if counted is not None else None
+        # The parent's own work after the last call was seen done (a snapshot of it, where held)
+        # is a gap like the others: the worker is not timed for it (kernel._outside_s).
+        steps.gaps_ns += clock() - seen
     finally:
         if held and fence is not None:
             fence.leave()
