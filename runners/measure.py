@@ -152,11 +152,14 @@ _CPU_CI = Protocol(
     # Whole-model audits: the optimized worker's CPU while idle (thawed only for the round's
     # checks and release), median per round beyond the trusted workers'. Honest figures on the
     # 2-core VM, tiny Llama eager and compiled (cpp-wrapper), prefill and decode: within +-0.03 ms
-    # (2026-12-05); 5 ms until then, which a red team called generous next to 6-12 ms samples.
-    # Also the least excess CPU in `prepare` that can be judged hidden work (with prepare_cpu_slack).
-    background_cpu_abs_s=0.001,
-    background_cpu_rel=0.10,
-    prepare_cpu_slack=0.5,
+    # (2026-12-05). Also the least excess CPU in `prepare` that can be judged hidden work (with
+    # prepare_cpu_slack). 5 ms until 2026-12-05, then 1 ms + 10% and a 1.5x prepare ratio, under
+    # which a red team built the tiny Llama's per-forward constants (cache object, causal mask,
+    # rotary tables: ~80 us of a ~700 us forward) for every call of a sample in `prepare` or while
+    # idle and billed 1.10-1.17x for an unmodified model (sixth session).
+    background_cpu_abs_s=0.0001,
+    background_cpu_rel=0.02,
+    prepare_cpu_slack=0.25,
     settle_max_s=0.03,
     load_timeout_s=60.0,
     first_call_timeout_s=300.0,
@@ -183,7 +186,10 @@ _PROTOCOLS: dict[str, Protocol] = {
         threads=None,
         clock_slack_abs_s=0.0005,
         clock_slack_rel=0.10,
-        background_cpu_abs_s=0.005,  # not measured on a GPU worker (the CUDA runtime's own threads): as before
+        # Not measured on a GPU worker (the CUDA runtime's own threads): as before.
+        background_cpu_abs_s=0.005,
+        background_cpu_rel=0.10,
+        prepare_cpu_slack=0.5,
         settle_max_s=0.01,
         l2_flush_bytes=256 << 20,
         input_budget_bytes=256 << 20,

@@ -556,7 +556,8 @@ def _judge_background(outcome: _PhaseOutcome, slots: dict[str, _Slot], ledger: m
     extra = stats.median([c - t for c, t in zip(prep_c, prep_t)])
     outcome.background["prepare_ratio"] = [ratio.point, ratio.low, ratio.high]
     outcome.background["prepare_extra_s"] = extra
-    if ratio.low > 1.0 + protocol.prepare_cpu_slack and extra > protocol.background_cpu_abs_s:
+    outcome.background["prepare_extra_allowed_s"] = idle_allowed
+    if ratio.low > 1.0 + protocol.prepare_cpu_slack and extra > idle_allowed:
         what = "preparing tokens" if outcome.phase == "prefill" else "prefilling the prompts' caches"
         outcome.fail(Reason("integrity.background_cpu", f"{outcome.phase}: {what} cost the optimized model's worker "
                                                         f"{ratio.point:.2f}x the CPU it cost trusted workers (work hidden before its windows)"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -112,6 +113,43 @@ def test_it_rejects_an_optimized_side_that_works_between_its_windows(sample_mode
     prefill = _phase(report, "prefill")
     assert prefill["verdict"] == "rejected" and [r["code"] for r in prefill["reasons"]] == ["integrity.background_cpu"]
     assert prefill["correctness"]["passed"] and not prefill["billable"]
+
+
+# Work done for a sample's calls before they are requested, where nothing bills: in `prepare`
+# (before the sample) or in `release` (after the round's checks, the worker counted idle). A red
+# team built the tiny Llama's per-forward constants there (cache object, causal mask, rotary
+# tables: about 80 us of a ~700 us forward, 0.5-0.9 ms a round) and billed an unmodified model at
+# 1.10-1.17x under the 1 ms + 10% allowance of the time (2026-12-05, sixth session). The stand-in
+# here spends 0.6 ms a round of CPU in the same places.
+HOISTED = """
+import time
+import runners.audit.model_worker as mw
+
+_original = mw.ModelRunner.{op}
+
+def _burn(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+def {op}(self, header, tensors):
+    answer = _original(self, header, tensors)
+    _burn(0.0006)
+    return answer
+
+mw.ModelRunner.{op} = {op}
+
+def transform(model):
+    return model
+"""
+
+
+@pytest.mark.parametrize("op", ["op_prepare", "op_release"])
+def test_work_hoisted_before_the_calls_that_use_it_is_rejected(sample_models, op):
+    prefill = _phase(_audit(sample_models["llama"], None, transform_source=HOISTED.format(op=op), phases=("prefill",),
+                            rounds=8), "prefill")
+    assert prefill["verdict"] == "rejected", (prefill["verdict"], prefill.get("background"))
+    assert [r["code"] for r in prefill["reasons"]] == ["integrity.background_cpu"]
 
 
 # Adversaries against the stepped protocol (runners.audit.model_sample), one per way a paid party
@@ -531,8 +569,11 @@ def test_interrupts_left_for_the_other_workers_windows_are_judged_where_workers_
     # the worker's own time; without a freezer the wake-ups land in the trusted arms' windows.
     from runners import modelaudit
     monkeypatch.setattr(modelaudit, "_freezes", lambda sandbox, device: False)
-    prefill = _phase(_audit(sample_models["llama"], None, transform_source=WAKE_STORM, phases=("prefill",), rounds=30),
-                     "prefill")
+    # The storm's own CPU while idle (0.8 ms a round) is rejected first since the idle allowance
+    # became 0.1 ms + 2% (2026-12-05); loosened here so the interrupt judgement is what is tested.
+    loose = dataclasses.replace(measure.protocol_for("cpu-ci"), background_cpu_abs_s=0.005)
+    prefill = _phase(_audit(sample_models["llama"], None, transform_source=WAKE_STORM, phases=("prefill",), rounds=30,
+                            protocol=loose), "prefill")
     assert prefill["verdict"] == "rejected" and not prefill["billable"]
     assert [r["code"] for r in prefill["reasons"]] == ["integrity.interrupts_in_other_arms"], (prefill["reasons"], prefill["left_behind"])
     assert prefill["left_behind"]["interrupts_per_ms_extra_in_trusted"][1] > measure.protocol_for("cpu-ci").interrupt_excess_per_ms
