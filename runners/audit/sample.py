@@ -122,7 +122,7 @@ class _Steps:
         self.windows: list[int] = []  # each call's
         self.snapshots: dict[int, list[tuple[int, bytes]]] = {}
         self.gaps_ns = 0
-        self.fenced = False  # every call's values copied while the parent held the worker's core
+        self.fenced = False  # the parent held the worker's core for the whole sample (CoreFence)
         self.stalls = 0  # snapshot reads during which the parent's thread blocked (see _step_calls)
         self.interrupts_mark: tuple[int, int] | None = None  # (interrupts, perf_counter ns) when call 0 was seen done
         self.sent_ns = 0  # the request sent (perf_counter ns)
