@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from runners.audit.sample import spare_cores
+from runners.audit.sample import _fence_for, spare_cores
 from runners.sandbox import Worker
 from runners.sandbox.procfs import core_interrupts
 
@@ -43,6 +43,7 @@ class ModelSample:
     # last reply, and that span (procfs.core_interrupts); None where /proc/interrupts is unreadable.
     interrupts: int | None = None
     interrupts_ns: int = 0
+    held: bool = False  # the parent held the worker's core between calls (sample.CoreFence): no discount taken
 
     @property
     def interrupts_per_ms(self) -> float | None:
@@ -70,8 +71,17 @@ def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float
     SCHED_IDLE so that the whole forward was booked as run-queue wait: the stale floor let the wait
     come off, and decode and prefill of an unmodified model billed at 1.26-1.44x (2026-12-05).
     Frozen, every nanosecond the tree ran since the first billed call is booked, including what it
-    ran after the reply. The discount is only taken from a frozen worker."""
+    ran after the reply. The discount is only taken from a frozen worker.
+
+    Where the parent can hold the worker's only measurement core (sample.CoreFence: one core,
+    SCHED_FIFO), it does so for the whole sample: the parent sleeps in its wait for each reply, the
+    reply wakes it and it preempts the worker at once, so nothing of the worker runs between a
+    reply and the next request. Unheld, the worker polled on for the next request (~30-70 us a
+    call on the development VM) and a red team built the next forward's constants there
+    (2026-12-05, sixth session). Held, the worker's run-queue wait holds the gaps the parent took,
+    so no discount is taken."""
     spare = spare_cores(worker)
+    fence = _fence_for(worker, spare)
     cores = list(worker.sandbox.config.cpus)
     pinned = os.sched_getaffinity(0)
     if spare:
@@ -80,7 +90,12 @@ def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float
     checksums: list[list[float]] = []
     metas: list[Any] = []
     problem: str | None = None
+    held = False
     try:
+        if fence is not None and worker.frozen:
+            worker.thaw()  # before the fence: nothing of a held worker could run to finish a thaw
+        held = fence is not None and fence.enter()
+        discount = discount and not held
         bill_from = min(bill_from, max(len(items) - 1, 0))
         wait_before, cpu_before = None, 0
         interrupts_before: int | None = None
@@ -104,11 +119,18 @@ def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float
             checksums.append(sums if isinstance(sums, list) else [])
             metas.append(header.get("meta"))
         interrupts_after = core_interrupts(cores) if interrupts_before is not None else None
+        if held and fence is not None:
+            fence.leave()  # before the freeze: a held worker could not reach the freezer
+            held_done, held = True, False
+        else:
+            held_done = False
         if freeze:
             worker.freeze()  # until its next request (the round's checks) thaws it
         wait_after = worker.runqueue_wait_ns() if discount and freeze else None
         cpu_run = worker.cpu_ns() - cpu_before
     finally:
+        if held and fence is not None:
+            fence.leave()
         if spare:
             os.sched_setaffinity(0, pinned)
     unbilled, windows_billed = sum(windows[:bill_from]), windows[bill_from:]
@@ -131,4 +153,5 @@ def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float
         unbilled_ns=unbilled,
         interrupts=interrupts_after - interrupts_before if interrupts_before is not None and interrupts_after is not None else None,
         interrupts_ns=last_ns - billed_from_ns,
+        held=held_done,
     )
