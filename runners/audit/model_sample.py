@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from runners.audit.sample import _fence_for, spare_cores
+from runners.audit.sample import fence_for, spare_cores
 from runners.sandbox import Worker
 from runners.sandbox.procfs import core_interrupts
 
@@ -81,7 +81,7 @@ def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float
     (2026-12-05, sixth session). Held, the worker's run-queue wait holds the gaps the parent took,
     so no discount is taken."""
     spare = spare_cores(worker)
-    fence = _fence_for(worker, spare)
+    fence = fence_for(worker, spare)
     cores = list(worker.sandbox.config.cpus)
     pinned = os.sched_getaffinity(0)
     if spare:
@@ -121,16 +121,15 @@ def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float
         interrupts_after = core_interrupts(cores) if interrupts_before is not None else None
         if held and fence is not None:
             fence.leave()  # before the freeze: a held worker could not reach the freezer
-            held_done, held = True, False
-        else:
-            held_done = False
         if freeze:
             worker.freeze()  # until its next request (the round's checks) thaws it
         wait_after = worker.runqueue_wait_ns() if discount and freeze else None
         cpu_run = worker.cpu_ns() - cpu_before
-    finally:
+    except BaseException:
         if held and fence is not None:
             fence.leave()
+        raise
+    finally:
         if spare:
             os.sched_setaffinity(0, pinned)
     unbilled, windows_billed = sum(windows[:bill_from]), windows[bill_from:]
@@ -153,5 +152,5 @@ def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float
         unbilled_ns=unbilled,
         interrupts=interrupts_after - interrupts_before if interrupts_before is not None and interrupts_after is not None else None,
         interrupts_ns=last_ns - billed_from_ns,
-        held=held_done,
+        held=held,
     )

@@ -177,7 +177,7 @@ class CoreFence:
             os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
 
 
-def _fence_for(worker: Worker, spare: Sequence[int]) -> CoreFence | None:
+def fence_for(worker: Worker, spare: Sequence[int]) -> CoreFence | None:
     cores = list(worker.sandbox.config.cpus)
     return CoreFence(cores[0], spare) if len(cores) == 1 and spare and futex.available() else None
 
@@ -358,7 +358,7 @@ def timed_sample(
         request["step_base"] = base = inputs.reserve(len(slots))
         # Each output's bytes: at least a dense tensor of its shape, at most four times that.
         spans = [(dense, 4 * dense) for dense in dense_bytes(inputs.spec)]
-        held = _fence_for(worker, spare) if fence else None  # before the parent pins itself: the sandbox's cores derive from its mask
+        held = fence_for(worker, spare) if fence else None  # before the parent pins itself: the sandbox's cores derive from its mask
         pinned = os.sched_getaffinity(0)
         os.sched_setaffinity(0, spare)  # the parent spins too: never on a core it measures
         try:
