@@ -107,6 +107,10 @@ class Protocol:
     # hypervisor of 10-20 us, so 0.5 per ms slows an arm by 0.5-1%. Honest candidates on the
     # development VM: -0.08 to 0.08 (the 95% bounds); a storm of sleeping threads: 1.1-1.9 and up.
     interrupt_excess_per_ms: float = 0.5
+    # How much longer than predicted decode's prompt prefill (timed, not billed) may take in the
+    # optimized worker (runners.modelaudit._judge_prompt): the prediction is the trusted workers'
+    # prompt in the same round scaled by the optimized model's own prefill speed.
+    prompt_slack: float = 0.15
     # How much slower the trusted arm measured right after the candidate may run than the one that
     # is not, as the lower bound of its CI (runners.audit.rounds.next_arm_slowdown).
     next_arm_tolerance: float = 0.05

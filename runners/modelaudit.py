@@ -52,8 +52,8 @@ FORWARD_TOLERANCE: dict[str, tuple[float, float]] = {
     "float16": (2e-2, 2e-2),
     "bfloat16": (5e-2, 5e-2),
 }
-# A forward pass is long next to a kernel call: a sample holds at most this many calls (each decode
-# call needs its own prefilled cache, prepared outside the window).
+# A forward pass is long next to a kernel call: a sample holds at most this many calls (decode's
+# steps, after its prompt).
 MAX_CALLS_PER_SAMPLE = 8
 # A phase measures the protocol's rounds, and up to `model_rounds_factor` times more while they fit in
 # PHASE_BUDGET_S (estimated from calibration): a forward pass of a small model is cheap, and its A/A
@@ -112,7 +112,9 @@ class _PhaseOutcome:
     notes: list[str] = field(default_factory=list)
     meanwhile: dict[str, list[float]] = field(default_factory=dict)  # CPU while other workers were measured
     frozen_between_samples: bool = False
-    unbilled_calls: dict[str, list[float]] = field(default_factory=dict)  # per round: unbilled windows / billed per-call time
+    unbilled_calls: dict[str, list[float]] = field(default_factory=dict)  # per round: unbilled steps' windows / billed per-call time
+    prompt_s: dict[str, list[float]] = field(default_factory=dict)  # decode, per round: the prompt's window (s)
+    prompt: dict[str, Any] = field(default_factory=dict)  # the figures _judge_prompt judged
     first_tokens: int = 1  # decode: new tokens per batch entry in a sample's first call
     bill_from: int = 0  # the first billed call of a sample
     # Measured rounds as the round engine ran them: the arms' labels in the order they were timed,
@@ -148,20 +150,28 @@ def _round_request(phase: str, seed: int, *, calls: int, vocab: int, batch: int,
 def _reveal(phase: str, rng: np.random.Generator, *, calls: int, vocab: int, batch: int, seq: int,
             first_tokens: int = 1) -> list[list[int]]:
     """What each call of a sample reads, each sent with its own `step` (runners.audit.model_sample):
-    the set, then prefill's whole token window (batch x seq ids, row by row) or decode's new tokens
-    per batch entry: `first_tokens` with the first call, one with each later call."""
+    the set, then prefill's whole token window (batch x seq ids, row by row); for decode, the
+    round's prompt (batch x seq ids, the sample's first call, timed and not billed: _judge_prompt),
+    then `calls` steps of new tokens per batch entry: `first_tokens` with the first, one with each
+    later one."""
     if phase == "prefill":
         return [[call, *(int(t) for t in rng.integers(0, vocab, size=batch * seq))] for call in range(calls)]
-    # Decode: every call extends the round's one prompt (set 0) by the tokens revealed with it.
-    return [[0, *(int(t) for t in rng.integers(0, vocab, size=batch * (first_tokens if call == 0 else 1)))]
-            for call in range(calls)]
+    # Decode: every step extends the round's one prompt (set 0) by the tokens revealed with it.
+    prompt = [0, *(int(t) for t in rng.integers(0, vocab, size=batch * seq))]
+    return [prompt] + [[0, *(int(t) for t in rng.integers(0, vocab, size=batch * (first_tokens if call == 0 else 1)))]
+                       for call in range(calls)]
+
+
+def _prompt_calls(phase: str) -> int:
+    """Calls at the head of a sample before its first step: decode's prompt prefill (one)."""
+    return 1 if phase == "decode" else 0
 
 
 def _decode_bills_from(phase: str, first_tokens: int) -> int:
-    """The first billed call of a sample. Decode's first call over a recurrent state carries one
-    token on the prompt's state, which a worker could have tabulated while preparing (every next
-    token's outputs): it is timed and judged (`_judge_unbilled_call`), not billed. Over a key/value
-    cache the first call carries two tokens and every call is billed."""
+    """The first billed step of a sample, counted after decode's prompt. Decode's first step over a
+    recurrent state carries one token on the prompt's state, whose every continuation a worker
+    could tabulate (a vocabulary of rows): it is timed and judged (`_judge_unbilled_call`), not
+    billed. Over a key/value cache the first step carries two tokens and every step is billed."""
     return 1 if phase == "decode" and first_tokens < 2 else 0
 
 
@@ -262,6 +272,7 @@ def audit_model_forward(
             skip["decode"] = f"a cache of {seq} tokens leaves no position for one more in this model's {positions}"
         notes.extend(f"{p} not audited: {why}" for p, why in skip.items())
         wanted = [p for p in PHASES if p not in skip]
+        prefill_per_call: dict[str, float] | None = None  # each arm's, once prefill is accepted
         for phase in PHASES:
             if phase in skip:
                 entries.append(_skipped(phase, skip[phase]))
@@ -275,12 +286,16 @@ def audit_model_forward(
                 try:
                     _audit_phase(outcome, sandbox, slots, protocol, phase=phase, vocab=vocab, batch=batch, seq=seq,
                                  device=device, seed=suite.derive_seed(seed, "model-forward", phase), extend=extend,
-                                 progress=lambda f, m, s=span: note(s[0] + (s[1] - s[0]) * f, m))
+                                 progress=lambda f, m, s=span: note(s[0] + (s[1] - s[0]) * f, m),
+                                 first_tokens=int(info.get("first_step_tokens") or 1), prefill_per_call=prefill_per_call)
                 except ModelAuditError as exc:  # this phase cannot be judged; the other may still be
                     outcome.fail(Reason("harness.error", str(exc)[:2000]), verdict="error")
                 failure = slots["optimized"].worker.failure
                 if failure is not None:
                     optimized_failure = failure
+                if phase == "prefill" and outcome.verdict == "accepted":
+                    prefill_per_call = {label: stats.median(outcome.prompt_s[label]) for label in ("baseline", "optimized", "aa")
+                                        if outcome.prompt_s.get(label)}
             entries.append(_entry(outcome, protocol, batch=batch, seq=seq, seed=seed))
         for slot in slots.values():
             slot.worker.close()
@@ -337,7 +352,8 @@ def _readable_copy(model_dir: Path) -> Iterator[Path]:
 
 def _load_trusted(worker: Worker, model_dir: Path, timeout: float) -> dict[str, Any]:
     try:
-        return worker.call("load", timeout=timeout, model_dir=str(model_dir), apply=None, transform=None).header
+        return worker.call("load", timeout=timeout, model_dir=str(model_dir), apply=None, transform=None,
+                           probe_decode=True).header
     except SandboxError as exc:
         raise ModelAuditError(f"the baseline model failed to load in its worker: {exc} {exc.detail[-1500:]}") from exc
 
@@ -358,40 +374,50 @@ def _errored(outcome: _PhaseOutcome, exc: SandboxError) -> None:
 
 
 def _calibrate(worker: Worker, protocol: Protocol, *, phase: str, vocab: int, batch: int, seq: int,
-               seed: int, device: str) -> tuple[int, float, int]:
-    """Calls per sample so that the baseline's sample lasts about `target_sample_s`, the baseline's
-    per-call time, and how many tokens decode's first call carries (the trusted baseline's answer:
-    runners.audit.model_worker)."""
+               seed: int, device: str, first_tokens: int) -> tuple[int, float, float]:
+    """Calls (decode: steps) per sample so that the baseline's sample lasts about
+    `target_sample_s`, the baseline's per-call time, and its time for the calls before them
+    (decode's prompt)."""
     timeout = protocol.first_call_timeout_s
     discount = _discounts(protocol, worker, device)
-    reply = worker.call("prepare", timeout=timeout, **_round_request(phase, suite.derive_seed(seed, "calibrate"), calls=3,
-                                                                     vocab=vocab, batch=batch, seq=seq, commit_seed=0))
-    first_tokens = int(reply.header.get("first_step_tokens") or 1) if phase == "decode" else 1
+    head = _prompt_calls(phase)
+    worker.call("prepare", timeout=timeout, **_round_request(phase, suite.derive_seed(seed, "calibrate"), calls=3 + head,
+                                                             vocab=vocab, batch=batch, seq=seq, commit_seed=0))
     reveal = _reveal(phase, np.random.default_rng(suite.derive_seed(seed, "calibrate-reveal")), calls=3, vocab=vocab,
                      batch=batch, seq=seq, first_tokens=first_tokens)
     freeze = _freezes(worker.sandbox, device)
-    stepped_sample(worker, reveal[:1], timeout=timeout, discount=discount, freeze=freeze)
-    per_call = stepped_sample(worker, reveal[1:], timeout=timeout, discount=discount, freeze=freeze).per_call_s
+    if head:  # decode: one sample, its prompt and first step warming up, the last two steps timed
+        record = stepped_sample(worker, reveal, timeout=timeout, discount=discount, bill_from=head + 1, freeze=freeze)
+        per_call, head_s = record.per_call_s, sum(record.windows_ns[:head]) / 1e9
+    else:
+        stepped_sample(worker, reveal[:1], timeout=timeout, discount=discount, freeze=freeze)
+        per_call, head_s = stepped_sample(worker, reveal[1:], timeout=timeout, discount=discount, freeze=freeze).per_call_s, 0.0
     worker.call("release", timeout=timeout)
     calls = max(1, min(MAX_CALLS_PER_SAMPLE, protocol.max_calls, math.ceil(protocol.target_sample_s / per_call)))
-    # A sample that does not bill its first call has at least two, and one more for the one it does not bill.
+    # A sample that does not bill its first step has at least two, and one more for the one it does not bill.
     if _decode_bills_from(phase, first_tokens):
         calls = max(2, calls + 1)
-    return calls, per_call, first_tokens
+    return calls, per_call, head_s
 
 
 def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slot], protocol: Protocol, *, phase: str,
-                 vocab: int, batch: int, seq: int, device: str, seed: int, progress: Progress, extend: bool = False) -> None:
-    """Calibrate on the baseline, then interleaved rounds; stops at the first round that rejects."""
+                 vocab: int, batch: int, seq: int, device: str, seed: int, progress: Progress, extend: bool = False,
+                 first_tokens: int = 1, prefill_per_call: dict[str, float] | None = None) -> None:
+    """Calibrate on the baseline, then interleaved rounds; stops at the first round that rejects.
+    `prefill_per_call`: each arm's median per-call time in this audit's prefill phase (decode's
+    prompt is judged against it: _judge_prompt)."""
     optimized = slots["optimized"].worker
     workers = [slot.worker for slot in slots.values()]
     try:
         progress(0.0, f"end to end {phase}: calibrating")
-        calls, per_call, first_tokens = _calibrate(slots["baseline"].worker, protocol, phase=phase, vocab=vocab,
-                                                   batch=batch, seq=seq, seed=seed, device=device)
+        first_tokens = first_tokens if phase == "decode" else 1
+        calls, per_call, head_s = _calibrate(slots["baseline"].worker, protocol, phase=phase, vocab=vocab,
+                                             batch=batch, seq=seq, seed=seed, device=device, first_tokens=first_tokens)
         outcome.calls, outcome.first_tokens = calls, first_tokens
-        bill_from = outcome.bill_from = _decode_bills_from(phase, first_tokens)
-        timeout = max(protocol.call_timeout_floor_s, protocol.call_timeout_factor * per_call * calls)
+        head = _prompt_calls(phase)
+        outcome.bill_from = _decode_bills_from(phase, first_tokens)
+        bill_from = head + outcome.bill_from  # within the sample, whose first `head` calls are the prompt
+        timeout = max(protocol.call_timeout_floor_s, protocol.call_timeout_factor * (per_call * calls + head_s))
         # Everything a worker could precompute or time its behaviour by (the arms' order, each
         # round's tokens, what each call reveals, the commitment weights) and which calls and
         # positions are verified are drawn from the OS, never from the audit seed: a seed can be
@@ -413,14 +439,14 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
         engine: Round[_Slot, ModelSample] = Round(
             ordered, order=order_rng, interference=interference,
             settle=lambda: measure.settle(workers, max_wait_s=protocol.settle_max_s))
-        total = protocol.warmup_rounds + (_phase_rounds(protocol, calls * per_call) if extend else protocol.rounds)
+        total = protocol.warmup_rounds + (_phase_rounds(protocol, calls * per_call + head_s) if extend else protocol.rounds)
         for round_index in range(total):
             measured = round_index >= protocol.warmup_rounds
             # Warm-up rounds hold the optimized side's first calls, which may compile.
             limit = timeout if measured else protocol.first_call_timeout_s + timeout
             progress(round_index / total, f"end to end {phase}: round {round_index + 1}/{total}")
             commit_seed = secrets.randbits(63)
-            request = _round_request(phase, secrets.randbits(63), calls=calls, vocab=vocab,
+            request = _round_request(phase, secrets.randbits(63), calls=head + calls, vocab=vocab,
                                      batch=batch, seq=seq, commit_seed=commit_seed)
             ledger.next_round()
 
@@ -461,7 +487,7 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
                 step(slot, lambda slot=slot: prepare(slot))
             offsets = _reveal(phase, reveal_rng, calls=calls, vocab=vocab, batch=batch, seq=seq, first_tokens=first_tokens)
             records.update(engine.run(lambda slot: step(slot, lambda: sample(slot))))
-            _check_round(outcome, slots, records, protocol, round_index=round_index, rng=check_rng, calls=calls,
+            _check_round(outcome, slots, records, protocol, round_index=round_index, rng=check_rng, calls=head + calls,
                          batch=batch, commit_seed=commit_seed, device=device, timeout=limit, compare_aa=round_index == 0)
             for slot in list(ordered):
                 step(slot, lambda slot=slot: slot.worker.call("release", timeout=limit))
@@ -473,8 +499,12 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
                 outcome.measured_rounds.append((tuple(engine.measured), dict(records)))
                 for label, record in records.items():
                     samples[label].append(record.per_call_s)
-                    if record.unbilled_ns:
-                        outcome.unbilled_calls.setdefault(label, []).append(record.unbilled_ns / 1e9 / record.per_call_s)
+                    # Decode: the prompt's window; prefill: the sample's first call's, as cold as decode's prompt
+                    first = sum(record.windows_ns[:head]) if head else (record.windows_ns[0] if record.windows_ns else 0)
+                    outcome.prompt_s.setdefault(label, []).append(first / 1e9)
+                    unbilled = sum(record.windows_ns[head:bill_from])
+                    if unbilled:
+                        outcome.unbilled_calls.setdefault(label, []).append(unbilled / 1e9 / record.per_call_s)
         for slot in ordered:
             ledger.enter(slot.worker, "idle")
         outcome.slots = samples
@@ -486,6 +516,8 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
             _judge_left_behind(outcome, protocol, seed=seed)
         if outcome.verdict == "accepted":
             _judge_unbilled_call(outcome, protocol, seed=seed)
+        if outcome.verdict == "accepted" and head:
+            _judge_prompt(outcome, protocol, prefill_per_call, seed=seed)
     except SandboxError as exc:
         if optimized.failure is exc:
             _errored(outcome, exc)
@@ -638,6 +670,40 @@ def _judge_unbilled_call(outcome: _PhaseOutcome, protocol: Protocol, *, seed: in
                             f"{outcome.phase}: the optimized model's unbilled first call took {bound.point:.1f} billed calls' "
                             f"worth more than the trusted workers' (at most {UNBILLED_CALL_EXCESS:g} allowed): the next call's "
                             "input exists only after that call, so work for it done there is hidden work"))
+
+
+def _judge_prompt(outcome: _PhaseOutcome, protocol: Protocol, prefill_per_call: dict[str, float] | None, *, seed: int) -> None:
+    """Decode's prompt is prefilled in the sample's first window, timed and not billed; a worker
+    could do work for its steps there. Round by round, the optimized prompt's window may exceed
+    the trusted workers' (their mean) scaled by the optimized model's own prefill speed, as this
+    audit's prefill phase measured it (optimized per-call median over the trusted arms'), by
+    `prompt_slack` (the lower bound of a bootstrap CI of the median ratio) and by more than the
+    idle allowance (`background_cpu_abs_s` + `background_cpu_rel` of the expected prompt). Where
+    prefill was not audited or not accepted, the scale is 1: the prompt may take as long as the
+    trusted workers', so a model with a faster prefill has the difference (said in the report)."""
+    mine = outcome.prompt_s.get("optimized") or []
+    trusted = [outcome.prompt_s.get(label) or [] for label in ("baseline", "aa")]
+    if len(mine) < _MIN_JUDGED_ROUNDS or any(len(t) != len(mine) for t in trusted):
+        return
+    known = prefill_per_call or {}
+    if all(known.get(label, 0.0) > 0 for label in ("optimized", "baseline", "aa")):
+        scale = known["optimized"] / ((known["baseline"] + known["aa"]) / 2)
+        basis = "the optimized model's prefill speed in this audit's prefill phase"
+    else:
+        scale, basis = 1.0, "the trusted workers' prompts (prefill not audited or not accepted)"
+    expected = [scale * (a + b) / 2 for a, b in zip(*trusted)]
+    ratio = stats.median_ci([m / max(e, 1e-9) for m, e in zip(mine, expected)],
+                            seed=suite.derive_seed(seed, "prompt") & 0xFFFFFFFF, **bootstrap_args(protocol))
+    extra = stats.median([m - e for m, e in zip(mine, expected)])
+    allowed = protocol.background_cpu_abs_s + protocol.background_cpu_rel * stats.median(expected)
+    outcome.prompt = {"ratio": [ratio.point, ratio.low, ratio.high], "scale": scale, "basis": basis,
+                      "extra_s": extra, "extra_allowed_s": allowed, "slack": protocol.prompt_slack,
+                      "median_s": {label: stats.median(v) for label, v in outcome.prompt_s.items() if v}}
+    if ratio.low > 1.0 + protocol.prompt_slack and extra > allowed:
+        outcome.fail(Reason("integrity.unbilled_call_slow",
+                            f"{outcome.phase}: the optimized model's prompt prefill (timed, not billed) took {ratio.point:.2f}x "
+                            f"what its prefill speed predicts from the trusted workers' ({extra * 1e3:.2f} ms more a round; "
+                            f"at most {protocol.prompt_slack:.0%} allowed): work for the steps done there is hidden work"))
 
 
 def _fetch(worker: Worker, call: int, positions: list[int], timeout: float) -> torch.Tensor | None:
@@ -795,7 +861,9 @@ def _entry(outcome: _PhaseOutcome, protocol: Protocol, *, batch: int, seq: int, 
         "notes": outcome.notes,
         "cpu_while_others_measured_s": {label: fin(sum(v) / len(v)) for label, v in outcome.meanwhile.items() if v},  # mean per round
         "frozen_between_samples": outcome.frozen_between_samples,
-        "billed_from_call": outcome.bill_from,
+        "billed_from_call": outcome.bill_from,  # decode: counted in steps, after the prompt
+        # Decode: the prompt's prefill, the sample's first window, timed, judged and not billed.
+        "prompt": outcome.prompt if outcome.phase == "decode" else None,
         "unbilled_call_per_billed_call": {label: fin(stats.median(v)) for label, v in outcome.unbilled_calls.items() if v},
         # What the optimized worker left behind for later windows (_judge_left_behind): interrupt
         # rates per arm and the trusted arms' excess; the next arm's slowdown [point, low, high].

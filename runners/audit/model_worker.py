@@ -107,6 +107,7 @@ class ModelRunner:
         self.encoded: list[torch.Tensor] = []  # decode of an encoder-decoder: the prompt's encoder output
         self.decoded = 0  # decode: tokens appended to the cache since prepare
         self.step_mask = True  # decode steps of a decoder pass the attention mask (generation's convention)
+        self.generates = False  # the model has a next-token step over a cache (decode is audited)
         self.batch = 0
         self.mask: dict[str, torch.Tensor] = {}
         self.weights: torch.Tensor | None = None
@@ -160,7 +161,11 @@ class ModelRunner:
         elif self.cache_arg is None:
             decode_note = f"{type(model).__name__}.forward takes no key/value cache"
         self.model, self.config = model, config  # the config as loaded: a transform cannot change it
+        self.generates = decode_note is None
         self.step_mask = self.takes_mask and _mask_on_cached_steps(model)
+        first_step_tokens = None
+        if header.get("probe_decode") and decode_note is None:
+            first_step_tokens = self._first_step_tokens()
         # Whatever loading built stays; collections in `prepare` then only see the round's objects.
         gc.collect()
         gc.freeze()
@@ -172,7 +177,20 @@ class ModelRunner:
             "dtype": str(first.dtype).removeprefix("torch.") if first is not None else "float32",
             "decode": decode_note is None,
             "decode_note": decode_note,
+            # How many new tokens decode's first step may carry (asked of the trusted baseline only:
+            # the parent uses its answer): two over a key/value cache, one over a recurrent state.
+            "first_step_tokens": first_step_tokens,
         }, []
+
+    def _first_step_tokens(self) -> int:
+        """Decode's first step's tokens per batch entry, from the cache a two-token prompt leaves."""
+        ids = torch.zeros(1, 2, dtype=torch.long, device=self.device)
+        out = self._forward({"input_ids": ids, "use_cache": True, **self._mask(1, 2),
+                             **decoder_inputs(self.config, batch=1, device=self.device)}, "a two-token prompt at load")
+        cache = _cache_of(out)
+        if cache is None:
+            raise WorkerFault("harness.error", "the model returned no key/value cache with use_cache=True")
+        return _FIRST_STEP_TOKENS if _takes_several_tokens(cache) else 1
 
     def _forward(self, kwargs: dict[str, Any], during: str) -> Any:
         assert self.model is not None
@@ -186,7 +204,7 @@ class ModelRunner:
         return {"attention_mask": torch.ones(batch, length, dtype=torch.long, device=self.device)} if self.takes_mask else {}
 
     def op_prepare(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        """The round's token sets; for decode, each prompt's cache, prefilled here outside the window."""
+        """The round's settings, nothing of its tokens: every call's come with its own `step`."""
         self.caches, self.outputs, self.encoded = [], [], []
         # Collections happen here, outside every timed window (automatic GC is off in workers);
         # freezing what survives keeps the next ones as cheap for a model that compiled on its
@@ -199,47 +217,46 @@ class ModelRunner:
             # Nothing of the round's tokens: each call's window comes with its own request.
             self.mask = {**self._mask(batch, self.seq), **decoder_inputs(self.config, batch=batch, device=self.device)}
         elif self.phase == "decode":
-            tokens = round_tokens(self.phase, int(header["seed"]), vocab=int(header["vocab"]), calls=int(header["calls"]),
-                                  batch=batch, seq=self.seq).to(self.device)
-            # One prompt, prefilled here; the sample's calls then decode over its cache, as
-            # generation does, each call's tokens revealed with its own request: two with the first
-            # call over a key/value cache, one with every later call (_FIRST_STEP_TOKENS). So no
-            # call's input can be tabulated here: the parent bills every call. Over a recurrent
-            # state the first call carries one token, which could be (every next token over the
-            # prompt's state), and the parent bills from the second call
-            # (runners.modelaudit._decode_bills_from). An encoder-decoder's prompt goes through the
-            # encoder once, here; each step is the decoder's next tokens over its cache and the kept
-            # encoder output (the encoder's mask stays the prompt's). A decoder's step sees a mask as
-            # long as its cache and its new tokens where its generation passes one.
-            two_stacks = bool(getattr(self.config, "is_encoder_decoder", False))
-            self.encoded, self.decoded = [], 0
-            for index, prompt in enumerate(tokens[:1]):
-                out = self._forward({"input_ids": prompt, "use_cache": True, **self._mask(batch, self.seq),
-                                     **decoder_inputs(self.config, batch=batch, device=self.device)},
-                                    f"prefill {index} for decode")
-                cache = _cache_of(out)
-                if cache is None:
-                    raise WorkerFault("harness.error", "the model returned no key/value cache with use_cache=True")
-                self.caches.append(cache)
-                first_tokens = _FIRST_STEP_TOKENS if _takes_several_tokens(cache) else 1
-                if two_stacks:
-                    encoded = getattr(out, "encoder_last_hidden_state", None)
-                    if not isinstance(encoded, torch.Tensor):
-                        raise WorkerFault("harness.error", "the encoder-decoder model returned no encoder output")
-                    self.encoded.append(encoded)
-            self.mask = self._mask(batch, self.seq) if two_stacks else {}
+            # Nothing of the round's prompt: it comes with the sample's first request, whose window
+            # the parent times and judges (runners.modelaudit._judge_prompt). Prefilled here, outside
+            # every window, it was held only to the trusted workers' prefill: a model whose prefill
+            # is faster had the difference free for work for its decode steps.
+            self.caches, self.encoded, self.decoded = [], [], 0
+            self.mask = {}
         else:
             raise ValueError(f"unknown phase {self.phase!r}")
         self.commit_seed = int(header["commit_seed"])
         self.weights = None
         self._sync()
-        # Decode: how many tokens the sample's first step may carry (the trusted baseline's answer
-        # is the one the parent uses): two over a key/value cache, one over a recurrent state.
-        return ({"first_step_tokens": first_tokens} if self.phase == "decode" else {}), []
+        return {}, []
 
     def _sync(self) -> None:
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
+
+    def _prompt_inputs(self, item: list[int]) -> tuple[dict[str, Any], int]:
+        """Decode's first call: the round's prompt, [0, batch x seq token ids], prefilled with a cache
+        that the sample's later calls extend. An encoder-decoder's prompt goes through the encoder
+        (and the decoder's start token) here; its steps then reuse the encoder output."""
+        if len(item) != 1 + self.batch * self.seq:
+            raise ValueError(f"decode's prompt carries {self.batch} x {self.seq} token ids, got {len(item) - 1}")
+        ids = torch.tensor(item[1:], dtype=torch.long, device=self.device).view(self.batch, self.seq)
+        self.caches, self.encoded, self.decoded = [], [], 0
+        return {"input_ids": ids, "use_cache": True, **self._mask(self.batch, self.seq),
+                **decoder_inputs(self.config, batch=self.batch, device=self.device)}, 0
+
+    def _keep_prompt_state(self, out: Any) -> None:
+        """The prompt's cache (and an encoder-decoder's encoder output and mask) for the steps after it."""
+        cache = _cache_of(out)
+        if cache is None:
+            raise WorkerFault("harness.error", "the model returned no key/value cache with use_cache=True")
+        self.caches = [cache]
+        if getattr(self.config, "is_encoder_decoder", False):
+            encoded = getattr(out, "encoder_last_hidden_state", None)
+            if not isinstance(encoded, torch.Tensor):
+                raise WorkerFault("harness.error", "the encoder-decoder model returned no encoder output")
+            self.encoded = [encoded]
+            self.mask = self._mask(self.batch, self.seq)  # the encoder's, as the prompt's
 
     def _call_inputs(self, item: list[int]) -> tuple[dict[str, Any], int]:
         """One call's keyword arguments from what its `step` reveals ([call, batch x seq token ids]
@@ -250,9 +267,13 @@ class ModelRunner:
             if len(item) != 1 + self.batch * self.seq:
                 raise ValueError(f"a prefill step carries {self.batch} x {self.seq} token ids, got {len(item) - 1}")
             ids = torch.tensor(item[1:], dtype=torch.long, device=self.device).view(self.batch, self.seq)
-            return {"input_ids": ids, **self.mask}, 0
+            # A model that generates prefills as generation does, with the cache it would keep: the
+            # same call as decode's prompt (_prompt_inputs), whose window is judged against these.
+            return {"input_ids": ids, **self.mask, **({"use_cache": True} if self.generates else {})}, 0
         if index != 0:
             raise ValueError(f"decode steps extend the round's one prompt (set 0), not set {index}")
+        if not self.caches:
+            raise ValueError("a decode step before the sample's prompt (call 0)")
         count, rest = divmod(len(item) - 1, self.batch)
         if count < 1 or rest:
             raise ValueError(f"a decode step carries a whole number of tokens per batch entry ({self.batch}), got {len(item) - 1} ids")
@@ -278,13 +299,18 @@ class ModelRunner:
             self.outputs = []  # a new sample
         if call != len(self.outputs):
             raise ValueError(f"call {call} announced after {len(self.outputs)} calls of this sample")
-        kwargs, appended = self._call_inputs(list(header["item"]))
+        prompt = self.phase == "decode" and call == 0
+        kwargs, appended = self._prompt_inputs(list(header["item"])) if prompt else self._call_inputs(list(header["item"]))
         t0 = time.perf_counter_ns()
         with torch.no_grad():
             try:
-                out = _logits(self.model(**kwargs))
+                raw = self.model(**kwargs)
             except BaseException as exc:
-                raise candidate_fault(exc, during="a timed forward", code="sandbox.candidate_exception") from None
+                raise candidate_fault(exc, during="the prompt's prefill" if prompt else "a timed forward",
+                                      code="sandbox.candidate_exception") from None
+        if prompt:
+            self._keep_prompt_state(raw)
+        out = _logits(raw)
         self._sync()  # device-wide: work left on other streams lands inside the window
         self.decoded += appended
         _, meta = checks.inspect_outputs(out, [], expect_tuple=False)

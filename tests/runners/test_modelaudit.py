@@ -179,7 +179,12 @@ import torch
 import runners.audit.model_worker as mw
 from runners import checks
 
+_step = mw.ModelRunner.op_step
+
 def op_step(self, header, tensors):
+    if self.phase == "decode" and int(header["call"]) == 0:  # decode's prompt, as it comes
+        self.later = [None]
+        return _step(self, header, tensors)
     if int(header["call"]) == 0:
         self.outputs, self.later = [], []
     self.later.append(self._call_inputs(list(header["item"]))[0])
@@ -240,39 +245,35 @@ def transform(model):
 """
 
 
-# Builds, while decode's caches are prefilled, a table of every next token's logits for each prompt
-# (a small vocabulary makes it cheap enough), and answers each decode call from it: 5.3x accepted
-# before `prepare` was judged for decode. Since decode's calls extend one cache token by token, only
-# the first call's input is the prompt plus one token, and that call is not billed; the table's
-# answers to later calls are wrong.
+# Builds, in decode's prompt window (the only place the prompt is known), a table of every next
+# token's logits for each batch entry (a small vocabulary makes it cheap enough), and answers the
+# first step from it. Before 2026-12-06 the prompt was known in `prepare` (5.3x accepted before
+# that was judged). The first step carries two tokens per entry over a key/value cache, whose
+# outputs no one-token table holds, and the table's cost lands in the prompt's judged window.
 DECODE_TABLE = """
 import time
 import torch
 import runners.audit.model_worker as mw
 from runners import checks
-from runners.audit.model_inputs import commit_weights, round_tokens, row_commitments
+from runners.audit.model_inputs import commit_weights, row_commitments
 
-_prepare, _step = mw.ModelRunner.op_prepare, mw.ModelRunner.op_step
+_step = mw.ModelRunner.op_step
 
-def op_prepare(self, header, tensors):
-    reply = _prepare(self, header, tensors)
-    self.table = None
-    if self.phase == "decode":
-        vocab = int(header["vocab"])
-        prompts = round_tokens("decode", int(header["seed"]), vocab=vocab, calls=int(header["calls"]),
-                               batch=int(header["batch"]), seq=self.seq)[0]
+def op_step(self, header, tensors):
+    call = int(header["call"])
+    if self.phase != "decode" or call > 1:
+        return _step(self, header, tensors)
+    if call == 0:
+        reply = _step(self, header, tensors)
+        prompts = torch.tensor(list(header["item"])[1:]).view(self.batch, self.seq)
+        vocab = self.model.config.vocab_size
         with torch.no_grad():  # every one-token continuation of each batch entry's prompt
             self.table = [mw._logits(self.model(input_ids=torch.cat([prompt.expand(vocab, -1), torch.arange(vocab).view(-1, 1)], 1)))[:, -1, :]
                           for prompt in prompts]
-    return reply
-
-def op_step(self, header, tensors):
-    if self.table is None or int(header["call"]) != 0:
-        return _step(self, header, tensors)
-    self.outputs = []
+        return reply
     item = list(header["item"])
     t0 = time.perf_counter_ns()
-    # The first call answered from the table: the first new token of each batch entry.
+    # The first step answered from the table: the first new token of each batch entry.
     per_entry = (len(item) - 1) // self.batch
     out = torch.stack([self.table[b][item[1 + b * per_entry]] for b in range(self.batch)]).unsqueeze(1)
     if self.weights is None:
@@ -282,7 +283,7 @@ def op_step(self, header, tensors):
     self.outputs.append(out)
     return {"t0": t0, "t1": time.perf_counter_ns(), "meta": meta, "checksums": sums}, []
 
-mw.ModelRunner.op_prepare, mw.ModelRunner.op_step = op_prepare, op_step
+mw.ModelRunner.op_step = op_step
 
 def transform(model):
     return model
@@ -454,7 +455,7 @@ import runners.audit.model_worker as mw
 _step = mw.ModelRunner.op_step
 
 def op_step(self, header, tensors):
-    if int(header["call"]) == 0 and self.phase == "decode":
+    if int(header["call"]) == 1 and self.phase == "decode":  # the first step, after the prompt (call 0)
         end = time.perf_counter() + 0.02
         while time.perf_counter() < end:
             pass
@@ -486,13 +487,76 @@ def test_work_in_a_recurrent_models_unbilled_first_call_is_judged(tmp_path):
     assert ratios["optimized"] > ratios["baseline"] + 1.0, ratios
 
 
-def test_a_next_token_table_built_while_preparing_cannot_answer_decodes_first_call(sample_models):
-    # Every one-token continuation of the prompt, tabulated while preparing: the first call reveals
-    # two tokens per batch entry, whose outputs no such table holds.
-    decode = _phase(_audit(sample_models["llama"], None, transform_source=DECODE_TABLE, phases=("decode",)), "decode")
+def test_a_next_token_table_built_in_the_prompts_window_cannot_answer_decodes_first_step(sample_models):
+    # Every one-token continuation of the prompt, tabulated where the prompt is revealed: the first
+    # step reveals two tokens per batch entry, whose outputs no such table holds, and the table's
+    # cost makes the prompt's window far longer than the optimized model's prefill predicts.
+    decode = _phase(_audit(sample_models["llama"], None, transform_source=DECODE_TABLE), "decode")
     assert decode["verdict"] == "rejected" and not decode["billable"]
-    assert "correctness.shape" in [r["code"] for r in decode["reasons"]], decode["reasons"]
+    assert {r["code"] for r in decode["reasons"]} <= {"correctness.timed_output_mismatch", "integrity.unbilled_call_slow"}, decode["reasons"]
     assert decode["billed_from_call"] == 0
+
+
+# Work for decode's steps done in its prompt's window (timed, not billed): 60% of the prompt's time.
+IN_THE_PROMPT = """
+import time
+import runners.audit.model_worker as mw
+
+_step = mw.ModelRunner.op_step
+
+def op_step(self, header, tensors):
+    started = time.thread_time()
+    reply = _step(self, header, tensors)
+    if self.phase == "decode" and int(header["call"]) == 0:
+        end = time.thread_time() + 0.6 * (time.thread_time() - started)
+        while time.thread_time() < end:
+            pass
+    return reply
+
+mw.ModelRunner.op_step = op_step
+
+def transform(model):
+    return model
+"""
+
+
+def test_work_in_decodes_prompt_window_is_judged_against_the_models_own_prefill(sample_models):
+    report = _audit(sample_models["llama"], None, transform_source=IN_THE_PROMPT, rounds=6)
+    prefill, decode = _phase(report, "prefill"), _phase(report, "decode")
+    assert prefill["verdict"] == "accepted" and prefill["prompt"] is None
+    assert decode["verdict"] == "rejected" and [r["code"] for r in decode["reasons"]] == ["integrity.unbilled_call_slow"]
+    prompt = decode["prompt"]
+    assert prompt["ratio"][1] > 1 + prompt["slack"] and prompt["extra_s"] > prompt["extra_allowed_s"], prompt
+    assert "prefill phase" in prompt["basis"] and 0.7 < prompt["scale"] < 1.4  # the same model: about 1
+
+
+def _prompt_outcome(optimized_ms: float) -> "modelaudit._PhaseOutcome":
+    from runners import modelaudit
+
+    outcome = modelaudit._PhaseOutcome("decode")
+    rounds = 12
+    outcome.prompt_s = {"baseline": [1e-3 * (1 + 0.01 * (r % 3)) for r in range(rounds)],
+                        "aa": [1e-3 * (1 - 0.01 * (r % 2)) for r in range(rounds)],
+                        "optimized": [optimized_ms * 1e-3 * (1 + 0.01 * (r % 4)) for r in range(rounds)]}
+    return outcome
+
+
+@pytest.mark.parametrize("optimized_ms, prefill_known, rejected", [
+    (0.62, True, False),  # a prompt as fast as the model's prefill (0.6 of the trusted's)
+    (0.85, True, True),   # the same model with 0.25 ms of other work a round in its prompt
+    (0.85, False, False),  # without a prefill phase the trusted prompts are the bound: said in the report
+    (1.30, False, True),
+])
+def test_the_prompt_judge_scales_the_trusted_prompts_by_the_models_own_prefill_speed(optimized_ms, prefill_known, rejected):
+    from runners import modelaudit
+
+    protocol = measure.protocol_for("cpu")
+    outcome = _prompt_outcome(optimized_ms)
+    prefill = {"baseline": 1.0e-3, "aa": 1.0e-3, "optimized": 0.6e-3} if prefill_known else None
+    modelaudit._judge_prompt(outcome, protocol, prefill, seed=3)
+    assert (outcome.verdict == "rejected") == rejected, outcome.prompt
+    assert outcome.prompt["scale"] == pytest.approx(0.6 if prefill_known else 1.0)
+    assert ("prefill phase" in outcome.prompt["basis"]) == prefill_known
 
 
 def test_work_aimed_at_the_other_workers_windows_cannot_run_there(sample_models):
@@ -751,22 +815,28 @@ def test_a_decode_step_of_several_tokens_equals_as_many_steps_of_one(tmp_path, f
 
     folder = write_sample_model(tmp_path / family, family)
     runners = [ModelRunner("cpu"), ModelRunner("cpu")]
-    request = {"phase": "decode", "seed": 3, "calls": 3, "vocab": 256, "batch": BATCH, "seq": SEQ, "commit_seed": 5}
-    replies = []
+    request = {"phase": "decode", "seed": 3, "calls": 4, "vocab": 256, "batch": BATCH, "seq": SEQ, "commit_seed": 5}
+    loads = []
     for runner in runners:
-        runner.op_load({"model_dir": str(folder)}, [])
-        replies.append(runner.op_prepare(request, [])[0])
-    assert replies[0] == {"first_step_tokens": 2 if several else 1}
+        loads.append(runner.op_load({"model_dir": str(folder), "probe_decode": True}, [])[0])
+        assert runner.op_prepare(request, []) == ({}, [])  # nothing of the round's tokens before its calls
+    assert loads[0]["first_step_tokens"] == (2 if several else 1)
+    with pytest.raises(ValueError, match="prompt carries"):
+        runners[0].op_step({"call": 0, "item": [0, 7, 9]}, [])  # call 0 is the prompt: a step's tokens are not one
+    prompt = [0, *range(3, 3 + BATCH * SEQ)]
+    reply = runners[0].op_step({"call": 0, "item": prompt}, [])
+    assert reply[0]["meta"][0]["shape"][:2] == ([BATCH, 1] if family == "t5" else [BATCH, SEQ])
+    runners[1].op_step({"call": 0, "item": prompt}, [])
     if not several:
         return
     first, second, third = [7, 9], [11, 13], [17, 19]
-    together = runners[0].op_step({"call": 0, "item": [0, first[0], second[0], first[1], second[1]]}, [])
+    together = runners[0].op_step({"call": 1, "item": [0, first[0], second[0], first[1], second[1]]}, [])
     assert runners[0].next_request_soon  # the sample's next step follows: its loop polls for it
-    after = runners[0].op_step({"call": 1, "item": [0, *third]}, [])
-    for call, tokens in enumerate((first, second, third)):
+    after = runners[0].op_step({"call": 2, "item": [0, *third]}, [])
+    for call, tokens in enumerate((first, second, third), start=1):
         runners[1].handle("step", {"call": call, "item": [0, *tokens]}, [])
-    assert not runners[1].next_request_soon  # the last of its three: it sleeps until the next request
+    assert not runners[1].next_request_soon  # the last of its four: it sleeps until the next request
     assert together[0]["meta"][0]["shape"] == [BATCH, 2, 256] and after[0]["meta"][0]["shape"] == [BATCH, 1, 256]
-    one_by_one = torch.cat(runners[1].outputs[:2], dim=1)
-    torch.testing.assert_close(runners[0].outputs[0], one_by_one, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(runners[0].outputs[1], runners[1].outputs[2], atol=1e-5, rtol=1e-5)
+    one_by_one = torch.cat(runners[1].outputs[1:3], dim=1)
+    torch.testing.assert_close(runners[0].outputs[1], one_by_one, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(runners[0].outputs[2], runners[1].outputs[3], atol=1e-5, rtol=1e-5)
