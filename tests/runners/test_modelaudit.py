@@ -247,7 +247,7 @@ def transform(model):
 
 # Builds, in decode's prompt window (the only place the prompt is known), a table of every next
 # token's logits for each batch entry (a small vocabulary makes it cheap enough), and answers the
-# first step from it. Before 2026-12-06 the prompt was known in `prepare` (5.3x accepted before
+# first step from it. Before 2026-12-05 (seventh session) the prompt was known in `prepare` (5.3x accepted before
 # that was judged). The first step carries two tokens per entry over a key/value cache, whose
 # outputs no one-token table holds, and the table's cost lands in the prompt's judged window.
 DECODE_TABLE = """
