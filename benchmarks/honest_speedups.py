@@ -46,7 +46,12 @@ def main() -> None:
                 row = {"candidate": filename, "repeat": repeat, "verdict": document["verdict"],
                        "speedup": entry["speedup"], "ci95": entry["ci95"],
                        "reasons": sorted({r["code"] for r in entry["reasons"]}),
-                       "messages": [r["message"][:300] for r in entry["reasons"]]}
+                       "messages": [r["message"][:300] for r in entry["reasons"]],
+                       # The hidden-work judgement's figures (runners.audit.kernel._judge_cpu): what an
+                       # honest candidate needs outside its windows against what is allowed.
+                       "hidden_work_s": (entry.get("timing") or {}).get("hidden_work_s"),
+                       "hidden_work_allowed_s": (entry.get("timing") or {}).get("hidden_work_allowed_s"),
+                       "hidden_share_allowed": (entry.get("timing") or {}).get("hidden_share_allowed")}
                 rows.append(row)
                 print(f"{filename:30s} {row['verdict']:9s} {row['speedup']} {row['ci95']} {row['reasons']}", flush=True)
     result = {

@@ -66,6 +66,10 @@ def _phases(block: dict[str, Any]) -> dict[str, Any]:
             # (runners.modelaudit: background_cpu, left_behind), against which the verdict was judged.
             "background_cpu": phase.get("background_cpu") or None,
             "left_behind": phase.get("left_behind") or None,
+            # Decode's prompt window as judged (runners.modelaudit._judge_prompt), and whether every
+            # sample was held between its calls.
+            "prompt": phase.get("prompt") or None,
+            "held_between_calls": phase.get("held_between_calls"),
         }
     return out
 

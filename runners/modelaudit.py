@@ -112,6 +112,7 @@ class _PhaseOutcome:
     notes: list[str] = field(default_factory=list)
     meanwhile: dict[str, list[float]] = field(default_factory=dict)  # CPU while other workers were measured
     frozen_between_samples: bool = False
+    held_samples: list[bool] = field(default_factory=list)  # every measured sample of every arm: held between its calls
     unbilled_calls: dict[str, list[float]] = field(default_factory=dict)  # per round: unbilled steps' windows / billed per-call time
     prompt_s: dict[str, list[float]] = field(default_factory=dict)  # decode, per round: the prompt's window (s)
     prompt: dict[str, Any] = field(default_factory=dict)  # the figures _judge_prompt judged
@@ -499,6 +500,7 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
                 outcome.measured_rounds.append((tuple(engine.measured), dict(records)))
                 for label, record in records.items():
                     samples[label].append(record.per_call_s)
+                    outcome.held_samples.append(record.held)
                     # Decode: the prompt's window; prefill: the sample's first call's, as cold as decode's prompt
                     first = sum(record.windows_ns[:head]) if head else (record.windows_ns[0] if record.windows_ns else 0)
                     outcome.prompt_s.setdefault(label, []).append(first / 1e9)
@@ -861,6 +863,10 @@ def _entry(outcome: _PhaseOutcome, protocol: Protocol, *, batch: int, seq: int, 
         "notes": outcome.notes,
         "cpu_while_others_measured_s": {label: fin(sum(v) / len(v)) for label, v in outcome.meanwhile.items() if v},  # mean per round
         "frozen_between_samples": outcome.frozen_between_samples,
+        # Whether the parent held each worker's measurement core for its whole sample (sample.CoreFence:
+        # nothing of the worker ran between a reply and the next request; no run-queue discount): the
+        # share of measured samples, every arm's, where it did.
+        "held_between_calls": (sum(outcome.held_samples) / len(outcome.held_samples)) if outcome.held_samples else None,
         "billed_from_call": outcome.bill_from,  # decode: counted in steps, after the prompt
         # Decode: the prompt's prefill, the sample's first window, timed, judged and not billed.
         "prompt": outcome.prompt if outcome.phase == "decode" else None,
