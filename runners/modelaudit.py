@@ -273,7 +273,9 @@ def audit_model_forward(
             skip["decode"] = f"a cache of {seq} tokens leaves no position for one more in this model's {positions}"
         notes.extend(f"{p} not audited: {why}" for p, why in skip.items())
         wanted = [p for p in PHASES if p not in skip]
-        prefill_per_call: dict[str, float] | None = None  # each arm's, once prefill is accepted
+        # Each arm's prefill figures once prefill is accepted (decode's prompt is judged against them):
+        # "first", the median of its samples' first calls (as cold as the prompt); "all", of its per-call time.
+        prefill_per_call: dict[str, dict[str, float]] | None = None
         for phase in PHASES:
             if phase in skip:
                 entries.append(_skipped(phase, skip[phase]))
@@ -295,8 +297,9 @@ def audit_model_forward(
                 if failure is not None:
                     optimized_failure = failure
                 if phase == "prefill" and outcome.verdict == "accepted":
-                    prefill_per_call = {label: stats.median(outcome.prompt_s[label]) for label in ("baseline", "optimized", "aa")
-                                        if outcome.prompt_s.get(label)}
+                    prefill_per_call = {
+                        "first": {label: stats.median(v) for label, v in outcome.prompt_s.items() if v},
+                        "all": {label: stats.median(v) for label, v in outcome.slots.items() if v}}
             entries.append(_entry(outcome, protocol, batch=batch, seq=seq, seed=seed))
         for slot in slots.values():
             slot.worker.close()
@@ -403,10 +406,10 @@ def _calibrate(worker: Worker, protocol: Protocol, *, phase: str, vocab: int, ba
 
 def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slot], protocol: Protocol, *, phase: str,
                  vocab: int, batch: int, seq: int, device: str, seed: int, progress: Progress, extend: bool = False,
-                 first_tokens: int = 1, prefill_per_call: dict[str, float] | None = None) -> None:
+                 first_tokens: int = 1, prefill_per_call: dict[str, dict[str, float]] | None = None) -> None:
     """Calibrate on the baseline, then interleaved rounds; stops at the first round that rejects.
-    `prefill_per_call`: each arm's median per-call time in this audit's prefill phase (decode's
-    prompt is judged against it: _judge_prompt)."""
+    `prefill_per_call`: each arm's medians in this audit's prefill phase, of its samples' first
+    calls and of its per-call time (decode's prompt is judged against them: _judge_prompt)."""
     optimized = slots["optimized"].worker
     workers = [slot.worker for slot in slots.values()]
     try:
@@ -674,22 +677,39 @@ def _judge_unbilled_call(outcome: _PhaseOutcome, protocol: Protocol, *, seed: in
                             "input exists only after that call, so work for it done there is hidden work"))
 
 
-def _judge_prompt(outcome: _PhaseOutcome, protocol: Protocol, prefill_per_call: dict[str, float] | None, *, seed: int) -> None:
+# How far the optimized model's prefill speed taken from its samples' cold first calls may stand
+# above the one from its per-call time in the scale `_judge_prompt` uses. Honest: 1.12 for the
+# compiled tiny Llama at 2x16 (a cold call costs a fixed amount more, a larger share of a faster
+# call), about 1 at larger shapes. Without the cap a vendor could slow only its prefill samples'
+# first calls to widen decode's prompt allowance, at a quarter of the price in its prefill figure.
+PROMPT_SCALE_CAP = 1.25
+
+
+def _judge_prompt(outcome: _PhaseOutcome, protocol: Protocol, prefill: dict[str, dict[str, float]] | None, *,
+                  seed: int) -> None:
     """Decode's prompt is prefilled in the sample's first window, timed and not billed; a worker
     could do work for its steps there. Round by round, the optimized prompt's window may exceed
     the trusted workers' (their mean) scaled by the optimized model's own prefill speed, as this
-    audit's prefill phase measured it (optimized per-call median over the trusted arms'), by
-    `prompt_slack` (the lower bound of a bootstrap CI of the median ratio) and by more than the
-    idle allowance (`background_cpu_abs_s` + `background_cpu_rel` of the expected prompt). Where
-    prefill was not audited or not accepted, the scale is 1: the prompt may take as long as the
-    trusted workers', so a model with a faster prefill has the difference (said in the report)."""
+    audit's prefill phase measured it, by `prompt_slack` (the lower bound of a bootstrap CI of the
+    median ratio) and by more than the idle allowance (`background_cpu_abs_s` +
+    `background_cpu_rel` of the expected prompt). The scale is the optimized arm's median first
+    call of a prefill sample over the trusted arms' (as cold as the prompt), at most
+    PROMPT_SCALE_CAP times the same ratio of per-call medians. Where prefill was not audited or
+    not accepted, the scale is 1: the prompt may take as long as the trusted workers', so a model
+    with a faster prefill has the difference (the report says so)."""
     mine = outcome.prompt_s.get("optimized") or []
     trusted = [outcome.prompt_s.get(label) or [] for label in ("baseline", "aa")]
     if len(mine) < _MIN_JUDGED_ROUNDS or any(len(t) != len(mine) for t in trusted):
         return
-    known = prefill_per_call or {}
-    if all(known.get(label, 0.0) > 0 for label in ("optimized", "baseline", "aa")):
-        scale = known["optimized"] / ((known["baseline"] + known["aa"]) / 2)
+
+    def speed(figures: dict[str, float]) -> float | None:
+        if all(figures.get(label, 0.0) > 0 for label in ("optimized", "baseline", "aa")):
+            return figures["optimized"] / ((figures["baseline"] + figures["aa"]) / 2)
+        return None
+
+    cold, warm = speed((prefill or {}).get("first") or {}), speed((prefill or {}).get("all") or {})
+    if cold is not None and warm is not None:
+        scale = min(cold, PROMPT_SCALE_CAP * warm)
         basis = "the optimized model's prefill speed in this audit's prefill phase"
     else:
         scale, basis = 1.0, "the trusted workers' prompts (prefill not audited or not accepted)"
@@ -698,8 +718,9 @@ def _judge_prompt(outcome: _PhaseOutcome, protocol: Protocol, prefill_per_call: 
                             seed=suite.derive_seed(seed, "prompt") & 0xFFFFFFFF, **bootstrap_args(protocol))
     extra = stats.median([m - e for m, e in zip(mine, expected)])
     allowed = protocol.background_cpu_abs_s + protocol.background_cpu_rel * stats.median(expected)
-    outcome.prompt = {"ratio": [ratio.point, ratio.low, ratio.high], "scale": scale, "basis": basis,
-                      "extra_s": extra, "extra_allowed_s": allowed, "slack": protocol.prompt_slack,
+    outcome.prompt = {"ratio": [ratio.point, ratio.low, ratio.high], "scale": scale, "scale_first_calls": cold,
+                      "scale_per_call": warm, "basis": basis, "extra_s": extra, "extra_allowed_s": allowed,
+                      "slack": protocol.prompt_slack,
                       "median_s": {label: stats.median(v) for label, v in outcome.prompt_s.items() if v}}
     if ratio.low > 1.0 + protocol.prompt_slack and extra > allowed:
         outcome.fail(Reason("integrity.unbilled_call_slow",

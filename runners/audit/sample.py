@@ -221,7 +221,7 @@ def _step_calls(steps: _Steps, worker: Worker, inputs: SharedInputs, slots: Sequ
     steps.fenced = held
     try:
         steps.sent_ns = request()
-        wait = _sleep_until_done if held else _spin_until_done
+        wait = _sleep_until_record if held else _spin_until_record
         if not wait(worker, inputs, done, base, op=op, deadline=deadline, timeout=timeout):
             steps.problem = "the worker answered before it was ready for call 1"
             return
@@ -280,10 +280,10 @@ _NAP_S = 0.05  # a held parent's longest sleep in a window before it checks the 
 _NAP_ENDINGS = (0, errno.ETIMEDOUT, errno.EINTR)  # woken, timed out, a signal
 
 
-def _sleep_until_done(worker: Worker, inputs: SharedInputs, done: DoneRecord, number: int, *, op: str,
+def _sleep_until_record(worker: Worker, inputs: SharedInputs, done: DoneRecord, number: int, *, op: str,
                       deadline: float, timeout: float) -> bool:
-    """Held: sleep on the counter until the record names `number`; False where the worker replied
-    without it. A worker that never wakes the parent is seen at the next nap's end (its window
+    """Held: sleep on the counter until the record names `number` (a call done, or the sample's
+    base: the worker read the request and is ready); False where the worker replied without it. A worker that never wakes the parent is seen at the next nap's end (its window
     runs on meanwhile); a wake-up without the record costs a read of the record, inside the
     window of the worker that is being measured."""
     while done.number() != number:
@@ -301,8 +301,9 @@ def _sleep_until_done(worker: Worker, inputs: SharedInputs, done: DoneRecord, nu
     return True
 
 
-def _spin_until_done(worker: Worker, inputs: SharedInputs, done: DoneRecord, number: int, *, op: str, deadline: float,
-                     timeout: float) -> bool:
+def _spin_until_record(worker: Worker, inputs: SharedInputs, done: DoneRecord, number: int, *, op: str, deadline: float,
+                       timeout: float) -> bool:
+    """Unheld: poll the record until it names `number`, as `_sleep_until_record` sleeps for it."""
     polls = 0
     while done.number() != number:
         polls += 1

@@ -114,7 +114,7 @@ def test_a_held_parent_that_cannot_sleep_fails_the_sample_rather_than_spin():
     import errno
     import types
 
-    from runners.audit.sample import _sleep_until_done
+    from runners.audit.sample import _sleep_until_record
     from runners.sandbox import SandboxError
 
     for broken in (errno.EINVAL, errno.EAGAIN):  # EAGAIN: the counter is the parent's alone; it cannot differ
@@ -122,7 +122,7 @@ def test_a_held_parent_that_cannot_sleep_fails_the_sample_rather_than_spin():
         done = types.SimpleNamespace(number=lambda: 0)
         worker = types.SimpleNamespace(reply_ready=lambda: False, check_limits=lambda *a: None)
         with pytest.raises(SandboxError, match="cannot sleep"):
-            _sleep_until_done(worker, inputs, done, 5, op="run", deadline=time.monotonic() + 5, timeout=5)
+            _sleep_until_record(worker, inputs, done, 5, op="run", deadline=time.monotonic() + 5, timeout=5)
 
     naps = iter([errno.ETIMEDOUT, errno.EINTR, 0])
     numbers = iter([0, 0, 0, 0, 0, 5, 5])
@@ -130,5 +130,5 @@ def test_a_held_parent_that_cannot_sleep_fails_the_sample_rather_than_spin():
     inputs = types.SimpleNamespace(sleep=lambda timeout: next(naps))
     done = types.SimpleNamespace(number=lambda: next(numbers))
     worker = types.SimpleNamespace(reply_ready=lambda: False, check_limits=lambda *a: checks.append(a))
-    assert _sleep_until_done(worker, inputs, done, 5, op="run", deadline=time.monotonic() + 5, timeout=5) is True
+    assert _sleep_until_record(worker, inputs, done, 5, op="run", deadline=time.monotonic() + 5, timeout=5) is True
     assert len(checks) == 2  # after the nap that ran out and the signal, not after the wake-up

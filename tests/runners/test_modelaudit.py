@@ -546,22 +546,30 @@ def _prompt_outcome(optimized_ms: float) -> "modelaudit._PhaseOutcome":
     return outcome
 
 
-@pytest.mark.parametrize("optimized_ms, prefill_known, rejected", [
-    (0.62, True, False),  # a prompt as fast as the model's prefill (0.6 of the trusted's)
-    (0.85, True, True),   # the same model with 0.25 ms of other work a round in its prompt
-    (0.85, False, False),  # without a prefill phase the trusted prompts are the bound: said in the report
-    (1.30, False, True),
+@pytest.mark.parametrize("optimized_ms, prefill_first_ms, rejected", [
+    (0.62, 0.6, False),  # a prompt as fast as the model's prefill (0.6 of the trusted's)
+    (0.85, 0.6, True),   # the same model with 0.25 ms of other work a round in its prompt
+    (0.85, None, False),  # without a prefill phase the trusted prompts are the bound: said in the report
+    (1.30, None, True),
+    # Only the prefill samples' first calls slowed (to 0.9 of the trusted's, where its per-call time
+    # says 0.6): 0.35 ms of other work in the prompt would read 1.06 against them; the scale is
+    # capped at PROMPT_SCALE_CAP x 0.6, against which it reads 1.27.
+    (0.95, 0.9, True),
 ])
-def test_the_prompt_judge_scales_the_trusted_prompts_by_the_models_own_prefill_speed(optimized_ms, prefill_known, rejected):
+def test_the_prompt_judge_scales_the_trusted_prompts_by_the_models_own_prefill_speed(optimized_ms, prefill_first_ms, rejected):
     from runners import modelaudit
 
     protocol = measure.protocol_for("cpu")
     outcome = _prompt_outcome(optimized_ms)
-    prefill = {"baseline": 1.0e-3, "aa": 1.0e-3, "optimized": 0.6e-3} if prefill_known else None
+    prefill = None
+    if prefill_first_ms is not None:
+        prefill = {"first": {"baseline": 1.0e-3, "aa": 1.0e-3, "optimized": prefill_first_ms * 1e-3},
+                   "all": {"baseline": 1.0e-3, "aa": 1.0e-3, "optimized": 0.6e-3}}
     modelaudit._judge_prompt(outcome, protocol, prefill, seed=3)
     assert (outcome.verdict == "rejected") == rejected, outcome.prompt
-    assert outcome.prompt["scale"] == pytest.approx(0.6 if prefill_known else 1.0)
-    assert ("prefill phase" in outcome.prompt["basis"]) == prefill_known
+    expected_scale = 1.0 if prefill is None else min(prefill_first_ms, modelaudit.PROMPT_SCALE_CAP * 0.6)
+    assert outcome.prompt["scale"] == pytest.approx(expected_scale)
+    assert ("prefill phase" in outcome.prompt["basis"]) == (prefill is not None)
 
 
 def test_work_aimed_at_the_other_workers_windows_cannot_run_there(sample_models):
