@@ -694,9 +694,11 @@ def _judge_prompt(outcome: _PhaseOutcome, protocol: Protocol, prefill: dict[str,
     median ratio) and by more than the idle allowance (`background_cpu_abs_s` +
     `background_cpu_rel` of the expected prompt). The scale is the optimized arm's median first
     call of a prefill sample over the trusted arms' (as cold as the prompt), at most
-    PROMPT_SCALE_CAP times the same ratio of per-call medians. Where prefill was not audited or
-    not accepted, the scale is 1: the prompt may take as long as the trusted workers', so a model
-    with a faster prefill has the difference (the report says so)."""
+    PROMPT_SCALE_CAP times the same ratio of per-call medians, and at most 1: a prefill slower
+    than eager never widens the allowance (such a model bills nothing: the billed figure is the
+    lower phase's). Where prefill was not audited or not accepted, the scale is 1: the prompt may
+    take as long as the trusted workers', so a model with a faster prefill has the difference
+    (the report says so)."""
     mine = outcome.prompt_s.get("optimized") or []
     trusted = [outcome.prompt_s.get(label) or [] for label in ("baseline", "aa")]
     if len(mine) < _MIN_JUDGED_ROUNDS or any(len(t) != len(mine) for t in trusted):
@@ -709,7 +711,11 @@ def _judge_prompt(outcome: _PhaseOutcome, protocol: Protocol, prefill: dict[str,
 
     cold, warm = speed((prefill or {}).get("first") or {}), speed((prefill or {}).get("all") or {})
     if cold is not None and warm is not None:
-        scale = min(cold, PROMPT_SCALE_CAP * warm)
+        # Never above 1: a red team (seventh session) padded every prefill call to twice its time
+        # (prefill accepted at 0.5x, not billable) and spent the doubled allowance on decode's
+        # per-step constants (position ids, rotary tables, causal masks for every step) in the
+        # prompt's window: decode billable at 1.16-1.17x, 2 of 3 seeds, outputs bit-identical.
+        scale = min(cold, PROMPT_SCALE_CAP * warm, 1.0)
         basis = "the optimized model's prefill speed in this audit's prefill phase"
     else:
         scale, basis = 1.0, "the trusted workers' prompts (prefill not audited or not accepted)"

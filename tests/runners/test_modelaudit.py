@@ -555,6 +555,9 @@ def _prompt_outcome(optimized_ms: float) -> "modelaudit._PhaseOutcome":
     # says 0.6): 0.35 ms of other work in the prompt would read 1.06 against them; the scale is
     # capped at PROMPT_SCALE_CAP x 0.6, against which it reads 1.27.
     (0.95, 0.9, True),
+    # A prefill made twice as slow (a red team, seventh session) does not double the prompt's
+    # allowance: the scale stops at 1.
+    (1.6, 2.0, True),
 ])
 def test_the_prompt_judge_scales_the_trusted_prompts_by_the_models_own_prefill_speed(optimized_ms, prefill_first_ms, rejected):
     from runners import modelaudit
@@ -562,12 +565,13 @@ def test_the_prompt_judge_scales_the_trusted_prompts_by_the_models_own_prefill_s
     protocol = measure.protocol_for("cpu")
     outcome = _prompt_outcome(optimized_ms)
     prefill = None
+    per_call = 0.6 if prefill_first_ms is None or prefill_first_ms < 1 else prefill_first_ms
     if prefill_first_ms is not None:
         prefill = {"first": {"baseline": 1.0e-3, "aa": 1.0e-3, "optimized": prefill_first_ms * 1e-3},
-                   "all": {"baseline": 1.0e-3, "aa": 1.0e-3, "optimized": 0.6e-3}}
+                   "all": {"baseline": 1.0e-3, "aa": 1.0e-3, "optimized": per_call * 1e-3}}
     modelaudit._judge_prompt(outcome, protocol, prefill, seed=3)
     assert (outcome.verdict == "rejected") == rejected, outcome.prompt
-    expected_scale = 1.0 if prefill is None else min(prefill_first_ms, modelaudit.PROMPT_SCALE_CAP * 0.6)
+    expected_scale = 1.0 if prefill is None else min(prefill_first_ms, modelaudit.PROMPT_SCALE_CAP * per_call, 1.0)
     assert outcome.prompt["scale"] == pytest.approx(expected_scale)
     assert ("prefill phase" in outcome.prompt["basis"]) == (prefill is not None)
 
