@@ -108,6 +108,7 @@ class ModelRunner:
         self.decoded = 0  # decode: tokens appended to the cache since prepare
         self.step_mask = True  # decode steps of a decoder pass the attention mask (generation's convention)
         self.generates = False  # the model has a next-token step over a cache (decode is audited)
+        self.masks: dict[tuple[int, int], torch.Tensor] = {}  # the round's attention masks by (batch, length)
         self.batch = 0
         self.mask: dict[str, torch.Tensor] = {}
         self.weights: torch.Tensor | None = None
@@ -201,7 +202,19 @@ class ModelRunner:
             raise candidate_fault(exc, during=during, code="sandbox.candidate_exception") from None
 
     def _mask(self, batch: int, length: int) -> dict[str, torch.Tensor]:
-        return {"attention_mask": torch.ones(batch, length, dtype=torch.long, device=self.device)} if self.takes_mask else {}
+        if not self.takes_mask:
+            return {}
+        mask = self.masks.get((batch, length))
+        if mask is None:
+            mask = torch.ones(batch, length, dtype=torch.long, device=self.device)
+        return {"attention_mask": mask}
+
+    def _prebuild_masks(self, batch: int, lengths: range) -> None:
+        """The round's all-ones attention masks, built here, outside every window: inside one, the
+        harness's own tensor building is time a patched worker could skip and bill as speed (a red
+        team dropped the masks in its worker's call building, seventh session)."""
+        self.masks = {(batch, length): torch.ones(batch, length, dtype=torch.long, device=self.device)
+                      for length in lengths} if self.takes_mask else {}
 
     def op_prepare(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
         """The round's settings, nothing of its tokens: every call's come with its own `step`."""
@@ -213,6 +226,8 @@ class ModelRunner:
         gc.freeze()
         self.phase, self.seq, self.calls = str(header["phase"]), int(header["seq"]), int(header["calls"])
         batch = self.batch = int(header["batch"])
+        # Decode's prompt and every step's length (a first step of up to two tokens, then one a step).
+        self._prebuild_masks(batch, range(self.seq, self.seq + self.calls + 2) if self.phase == "decode" else range(self.seq, self.seq + 1))
         if self.phase == "prefill":
             # Nothing of the round's tokens: each call's window comes with its own request.
             self.mask = {**self._mask(batch, self.seq), **decoder_inputs(self.config, batch=batch, device=self.device)}
