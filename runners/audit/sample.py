@@ -53,6 +53,7 @@ class Sample:
     gaps_ns: int = 0  # stepped: between a call seen done and the next announced, and after the last (the parent's copies and snapshots)
     call_windows: list[int] = field(default_factory=list)  # stepped: each call's window on the parent's clock
     ready_ns: int = 0  # stepped: from the request sent to the worker's "ready" for call 0 (its reading of the request)
+    after_reply_ns: int = 0  # stepped and frozen: the tree's CPU from the reply received to the freeze
     meanwhile_s: float = 0.0  # CPU of the tree while other arms of the round were measured (runners.audit.rounds)
     order: tuple[str, ...] = ()  # the round's arms in the order they were measured
 
@@ -354,6 +355,7 @@ def timed_sample(
     interrupts_before = core_interrupts(cores) if not (stepped and len(slots) > 1) else None
     request = dict(fields or {})
     steps: _Steps | None = None
+    cpu_at_reply: int | None = None
     if stepped:
         assert inputs is not None and done is not None
         request["step_base"] = base = inputs.reserve(len(slots))
@@ -370,6 +372,7 @@ def timed_sample(
                           base=base, done=done, snapshot=set(snapshot), spans=spans, op="run", deadline=deadline,
                           timeout=timeout, fence=held, cores=cores)
             reply = worker.receive("run", sent_ns=steps.sent_ns, deadline=deadline, timeout=timeout)
+            cpu_at_reply = worker.cpu_ns() if freeze else None
         finally:
             os.sched_setaffinity(0, pinned)
     else:
@@ -384,7 +387,12 @@ def timed_sample(
     if freeze:
         worker.freeze()
     wait_after = worker.runqueue_wait_ns() if discount_preemption and not stepped else None
-    cpu_run = worker.cpu_ns() - cpu_before
+    cpu_end = worker.cpu_ns()
+    cpu_run = cpu_end - cpu_before
+    # What the tree ran after its reply, until frozen (stepped and frozen only): an honest worker
+    # waits in recv; a red team (seventh session) found 170-420 us a sample usable there, unseen
+    # under the parent's gaps in the request's wall time (kernel._outside_s counts it now).
+    after_reply = max(0, cpu_end - cpu_at_reply) if cpu_at_reply is not None else 0
     header = reply.header
     calls = len(slots)
     reported, per_call, preempted, problem = sample_time(header, reply, calls=calls, device=device, cpu_run=cpu_run,
@@ -440,6 +448,7 @@ def timed_sample(
         gaps_ns=steps.gaps_ns if steps is not None else 0,
         call_windows=steps.windows if steps is not None else [],
         ready_ns=steps.ready_ns if steps is not None else 0,
+        after_reply_ns=after_reply,
     )
 
 
