@@ -132,7 +132,9 @@ def main() -> None:
             "tiny Llama's decode fell from 1.79x to 1.16x over eager. Those were billed from a sample's second\n"
             "call; figures from 2026-12-05 10:00 on bill every call, the first carrying two tokens (one over a\n"
             "state-space model's state, which still bills from the second; its steps no longer take the\n"
-            "whole sequence's mask).\n\n"
+            "whole sequence's mask). From 2026-12-05 19:35 on, decode's prompt is prefilled in the sample's\n"
+            "first window (timed, judged against the model's own prefill, not billed) instead of outside\n"
+            "every window.\n\n"
         )
         Path(args.out).write_text(header + text + "\n\n" + summary + "\n")
 
