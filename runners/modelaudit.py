@@ -114,7 +114,8 @@ class _PhaseOutcome:
     frozen_between_samples: bool = False
     held_samples: list[bool] = field(default_factory=list)  # every measured sample of every arm: held between its calls
     unbilled_calls: dict[str, list[float]] = field(default_factory=dict)  # per round: unbilled steps' windows / billed per-call time
-    prompt_s: dict[str, list[float]] = field(default_factory=dict)  # decode, per round: the prompt's window (s)
+    # Per round, each arm's first window (s): decode's prompt; prefill's first call (the prompt's scale)
+    prompt_s: dict[str, list[float]] = field(default_factory=dict)
     prompt: dict[str, Any] = field(default_factory=dict)  # the figures _judge_prompt judged
     first_tokens: int = 1  # decode: new tokens per batch entry in a sample's first call
     bill_from: int = 0  # the first billed call of a sample
