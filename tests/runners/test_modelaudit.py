@@ -605,23 +605,17 @@ import threading
 import time
 import runners.audit.model_worker as mw
 
-_cv = threading.Condition()
-_state = {"generation": 0, "start": 0.0}
+# From the reply to its sample's last call until its next sample's first call, a thread of the
+# optimized worker sleeps 0.4 ms at a time: every wake-up is a timer interrupt on a measurement
+# core, landing in whichever trusted arm is measured meanwhile and never in its own window.
+_storm = threading.Event()
 
-def _sleeper(index):
-    seen = 0
+def _storming():
     while True:
-        with _cv:
-            while _state["generation"] == seen:
-                _cv.wait()
-            seen, start = _state["generation"], _state["start"]
-        delay = start + index * 0.0004 - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
+        _storm.wait()
+        time.sleep(0.0004)
 
-threading.stack_size(256 << 10)
-for index in range(48):
-    threading.Thread(target=_sleeper, args=(index,), daemon=True).start()
+threading.Thread(target=_storming, daemon=True).start()
 
 _step, _prepare = mw.ModelRunner.op_step, mw.ModelRunner.op_prepare
 
@@ -630,12 +624,11 @@ def op_prepare(self, header, tensors):
     return _prepare(self, header, tensors)
 
 def op_step(self, header, tensors):
+    if int(header["call"]) == 0:
+        _storm.clear()
     reply = _step(self, header, tensors)
     if int(header["call"]) == self.last_call:
-        with _cv:
-            _state["generation"] += 1
-            _state["start"] = time.monotonic() + 0.002
-            _cv.notify_all()
+        _storm.set()
     return reply
 
 mw.ModelRunner.op_step, mw.ModelRunner.op_prepare = op_step, op_prepare
@@ -650,9 +643,11 @@ def test_interrupts_left_for_the_other_workers_windows_are_judged_where_workers_
     # the worker's own time; without a freezer the wake-ups land in the trusted arms' windows.
     from runners import modelaudit
     monkeypatch.setattr(modelaudit, "_freezes", lambda sandbox, device: False)
-    # The storm's own CPU while idle (0.8 ms a round) is rejected first since the idle allowance
-    # became 0.1 ms + 2% (2026-12-05); loosened here so the interrupt judgement is what is tested.
-    loose = dataclasses.replace(measure.protocol_for("cpu-ci"), background_cpu_abs_s=0.005)
+    # The storm's own CPU while idle and in the others' windows (0.6-0.7 ms a round) is rejected
+    # first (the idle allowance is 0.1 ms + 2%, the interference one 0.5 ms); loosened here so that
+    # the interrupt judgement is what is tested.
+    loose = dataclasses.replace(measure.protocol_for("cpu-ci"), background_cpu_abs_s=0.05, background_cpu_rel=0.5,
+                                interference_abs_s=0.01)
     prefill = _phase(_audit(sample_models["llama"], None, transform_source=WAKE_STORM, phases=("prefill",), rounds=30,
                             protocol=loose), "prefill")
     assert prefill["verdict"] == "rejected" and not prefill["billable"]
