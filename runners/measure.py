@@ -311,6 +311,16 @@ class CpuLedger:
         bucket[last_phase] += max(0, now - last_cpu)
         self._last[worker.pid] = (now, phase)
 
+    def move(self, worker: Worker, ns: int, source: str, target: str) -> None:
+        """Book `ns` of the worker's CPU in this round under `target` instead of `source` (what the
+        kernel counted in one phase but the harness knows belongs to another)."""
+        bucket = self.rounds[-1].get(worker.pid)
+        if bucket is None or ns <= 0:
+            return
+        ns = min(ns, bucket[source])
+        bucket[source] -= ns
+        bucket[target] += ns
+
     def per_round(self, worker: Worker, *phases: str) -> list[float]:
         """Seconds of CPU in `phases`, one value per round the worker took part in."""
         return [sum(r[worker.pid][p] for p in phases) / 1e9 for r in self.rounds if worker.pid in r]

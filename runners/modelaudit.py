@@ -113,6 +113,7 @@ class _PhaseOutcome:
     meanwhile: dict[str, list[float]] = field(default_factory=dict)  # CPU while other workers were measured
     frozen_between_samples: bool = False
     held_samples: list[bool] = field(default_factory=list)  # every measured sample of every arm: held between its calls
+    after_reply_s: dict[str, list[float]] = field(default_factory=dict)  # per round: CPU from the last reply to the freeze
     unbilled_calls: dict[str, list[float]] = field(default_factory=dict)  # per round: unbilled steps' windows / billed per-call time
     # Per round, each arm's first window (s): decode's prompt; prefill's first call (the prompt's scale)
     prompt_s: dict[str, list[float]] = field(default_factory=dict)
@@ -485,6 +486,8 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
                 record = stepped_sample(slot.worker, offsets, timeout=limit, discount=_discounts(protocol, slot.worker, device),
                                         bill_from=bill_from, freeze=freezes)
                 ledger.enter(slot.worker, "idle")
+                # After its last reply the worker is as idle as it will be until its next request.
+                ledger.move(slot.worker, record.after_reply_ns, "window", "idle")
                 return record
 
             records: dict[str, ModelSample] = {}
@@ -505,6 +508,7 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
                 for label, record in records.items():
                     samples[label].append(record.per_call_s)
                     outcome.held_samples.append(record.held)
+                    outcome.after_reply_s.setdefault(label, []).append(record.after_reply_ns / 1e9)
                     # Decode: the prompt's window; prefill: the sample's first call's, as cold as decode's prompt
                     first = sum(record.windows_ns[:head]) if head else (record.windows_ns[0] if record.windows_ns else 0)
                     outcome.prompt_s.setdefault(label, []).append(first / 1e9)
@@ -895,6 +899,9 @@ def _entry(outcome: _PhaseOutcome, protocol: Protocol, *, batch: int, seq: int, 
         # nothing of the worker ran between a reply and the next request; no run-queue discount): the
         # share of measured samples, every arm's, where it did.
         "held_between_calls": (sum(outcome.held_samples) / len(outcome.held_samples)) if outcome.held_samples else None,
+        # Frozen samples: each arm's CPU from its last reply to the freeze, median per round (judged
+        # with its idle CPU in background_cpu).
+        "cpu_after_last_reply_s": {label: fin(stats.median(v)) for label, v in outcome.after_reply_s.items() if v},
         "billed_from_call": outcome.bill_from,  # decode: counted in steps, after the prompt
         # Decode: the prompt's prefill, the sample's first window, timed, judged and not billed.
         "prompt": outcome.prompt if outcome.phase == "decode" else None,

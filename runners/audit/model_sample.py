@@ -44,6 +44,9 @@ class ModelSample:
     interrupts: int | None = None
     interrupts_ns: int = 0
     held: bool = False  # the parent held the worker's core between calls (sample.CoreFence): no discount taken
+    # Frozen samples: the tree's CPU from the last reply received until it was frozen, outside every
+    # window (runners.modelaudit moves it from the window's CPU to the idle CPU the audit judges).
+    after_reply_ns: int = 0
 
     @property
     def interrupts_per_ms(self) -> float | None:
@@ -71,7 +74,9 @@ def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float
     SCHED_IDLE so that the whole forward was booked as run-queue wait: the stale floor let the wait
     come off, and decode and prefill of an unmodified model billed at 1.26-1.44x (2026-12-05).
     Frozen, every nanosecond the tree ran since the first billed call is booked, including what it
-    ran after the reply. The discount is only taken from a frozen worker.
+    ran after the reply. The discount is only taken from a frozen worker. What it ran from the last
+    reply to the freeze is `after_reply_ns`: no call's time, judged with the CPU of an idle worker
+    (as kernel audits count it since red team 11 found 170-420 us a sample there, unseen).
 
     Where the parent can hold the worker's only measurement core (sample.CoreFence: one core,
     SCHED_FIFO), it does so for the whole sample: the parent sleeps in its wait for each reply, the
@@ -118,13 +123,18 @@ def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float
             sums = header.get("checksums")
             checksums.append(sums if isinstance(sums, list) else [])
             metas.append(header.get("meta"))
+        # Read at once: held, the worker was preempted when the reply woke the parent, so its CPU
+        # is booked to the reply; whatever it runs from here to the freeze is not a call's.
+        cpu_at_reply = worker.cpu_ns() if freeze else None
         interrupts_after = core_interrupts(cores) if interrupts_before is not None else None
         if held and fence is not None:
             fence.leave()  # before the freeze: a held worker could not reach the freezer
         if freeze:
             worker.freeze()  # until its next request (the round's checks) thaws it
         wait_after = worker.runqueue_wait_ns() if discount and freeze else None
-        cpu_run = worker.cpu_ns() - cpu_before
+        cpu_end = worker.cpu_ns()
+        cpu_run = cpu_end - cpu_before
+        after_reply = max(0, cpu_end - cpu_at_reply) if cpu_at_reply is not None else 0
     except BaseException:
         if held and fence is not None:
             fence.leave()
@@ -153,4 +163,5 @@ def stepped_sample(worker: Worker, items: Sequence[list[int]], *, timeout: float
         interrupts=interrupts_after - interrupts_before if interrupts_before is not None and interrupts_after is not None else None,
         interrupts_ns=last_ns - billed_from_ns,
         held=held,
+        after_reply_ns=after_reply,
     )

@@ -596,10 +596,11 @@ def test_work_in_the_other_workers_windows_is_judged_where_workers_cannot_be_fro
     assert prefill["cpu_while_others_measured_s"]["optimized"] > 0.0005
 
 
-# Leaves interrupts behind for the windows after its own: 48 threads whose sleeps, re-armed at the
-# end of every sample, expire one after another from 2 ms to 21 ms later (past the settling, in the
-# next arms' windows). Each wake-up costs it a few microseconds of CPU, under the allowance for CPU
-# while others are measured.
+# Leaves interrupts behind for the windows after its own: from the reply to its sample's last call
+# until its next sample's first call, a thread sleeps 0.4 ms at a time. Each wake-up costs it a few
+# microseconds of CPU. (Until 2026-12-06: 48 sleepers re-armed at the end of every sample, expiring
+# from 2 ms to 21 ms later; on CI's machine they missed the trusted windows often enough to be
+# accepted once, and sometimes landed in the optimized worker's own next window.)
 WAKE_STORM = """
 import threading
 import time
@@ -653,6 +654,60 @@ def test_interrupts_left_for_the_other_workers_windows_are_judged_where_workers_
     assert prefill["verdict"] == "rejected" and not prefill["billable"]
     assert [r["code"] for r in prefill["reasons"]] == ["integrity.interrupts_in_other_arms"], (prefill["reasons"], prefill["left_behind"])
     assert prefill["left_behind"]["interrupts_per_ms_extra_in_trusted"][1] > measure.protocol_for("cpu-ci").interrupt_excess_per_ms
+
+
+# Work after the last reply (the model-audit form of tests/runners/cheats/adv10_after_reply.py): once
+# its sample's last call is answered, the worker keeps its core busy until it is frozen or asked
+# again (at most 3 ms), where an honest worker sleeps in its receive. Before 2026-12-06 that CPU was
+# booked with the sample's windows, which nothing judges against the trusted workers.
+AFTER_LAST_REPLY = """
+import select
+import time
+import runners.audit.model_worker as mw
+import runners.sandbox.zygote as zygote
+
+_step, _prepare, _receive = mw.ModelRunner.op_step, mw.ModelRunner.op_prepare, zygote.recv_message
+_answered = [False]
+
+def op_prepare(self, header, tensors):
+    self.last_call = int(header["calls"]) - 1
+    return _prepare(self, header, tensors)
+
+def op_step(self, header, tensors):
+    reply = _step(self, header, tensors)
+    _answered[0] = int(header["call"]) == self.last_call
+    return reply
+
+def recv_message(sock, *args, **kwargs):
+    if _answered[0]:
+        _answered[0] = False
+        until = time.perf_counter() + 0.003
+        total = 0
+        while time.perf_counter() < until and not select.select([sock], [], [], 0)[0]:
+            for step in range(200):
+                total += step
+    return _receive(sock, *args, **kwargs)
+
+mw.ModelRunner.op_step, mw.ModelRunner.op_prepare, zygote.recv_message = op_step, op_prepare, recv_message
+
+def transform(model):
+    return model
+"""
+
+
+def test_cpu_after_a_samples_last_reply_is_judged_as_idle_cpu(sample_models):
+    # The freeze follows the reply within about 0.1 ms (measured 2026-12-06: 110-125 us against the
+    # trusted workers' 30-45 us), inside the idle allowance (0.1 ms + 2% of the window CPU): the
+    # room is bounded and accepted, and it is counted where the allowance applies.
+    prefill = _phase(_audit(sample_models["llama"], None, transform_source=AFTER_LAST_REPLY, phases=("prefill",), rounds=8), "prefill")
+    assert prefill["frozen_between_samples"] is True
+    after = prefill["cpu_after_last_reply_s"]
+    excess = after["optimized"] - max(after["baseline"], after["aa"])
+    assert excess > 0.00004, after
+    # Booked as idle CPU, where the optimized worker's excess over the trusted ones is judged.
+    idle = prefill["background_cpu"]["idle_s"]
+    assert idle[0] > 0.4 * excess, (idle, after)
+    assert prefill["background_cpu"]["idle_allowed_s"] < 0.0005
 
 
 def _left_behind(rounds: list[tuple[tuple[str, ...], dict[str, float], dict[str, float]]]):
