@@ -18,7 +18,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -116,7 +116,7 @@ class _PhaseOutcome:
     after_reply_s: dict[str, list[float]] = field(default_factory=dict)  # per round: CPU from the last reply to the freeze
     unbilled_calls: dict[str, list[float]] = field(default_factory=dict)  # per round: unbilled steps' windows / billed per-call time
     # Per round, each arm's first window (s): decode's prompt; prefill's first call (the prompt's scale)
-    prompt_s: dict[str, list[float]] = field(default_factory=dict)
+    first_window_s: dict[str, list[float]] = field(default_factory=dict)
     prompt: dict[str, Any] = field(default_factory=dict)  # the figures _judge_prompt judged
     first_tokens: int = 1  # decode: new tokens per batch entry in a sample's first call
     bill_from: int = 0  # the first billed call of a sample
@@ -277,7 +277,7 @@ def audit_model_forward(
         wanted = [p for p in PHASES if p not in skip]
         # Each arm's prefill figures once prefill is accepted (decode's prompt is judged against them):
         # "first", the median of its samples' first calls (as cold as the prompt); "all", of its per-call time.
-        prefill_per_call: dict[str, dict[str, float]] | None = None
+        prefill_speed: dict[str, dict[str, float]] | None = None
         for phase in PHASES:
             if phase in skip:
                 entries.append(_skipped(phase, skip[phase]))
@@ -292,15 +292,15 @@ def audit_model_forward(
                     _audit_phase(outcome, sandbox, slots, protocol, phase=phase, vocab=vocab, batch=batch, seq=seq,
                                  device=device, seed=suite.derive_seed(seed, "model-forward", phase), extend=extend,
                                  progress=lambda f, m, s=span: note(s[0] + (s[1] - s[0]) * f, m),
-                                 first_tokens=int(info.get("first_step_tokens") or 1), prefill_per_call=prefill_per_call)
+                                 first_tokens=int(info.get("first_step_tokens") or 1), prefill_speed=prefill_speed)
                 except ModelAuditError as exc:  # this phase cannot be judged; the other may still be
                     outcome.fail(Reason("harness.error", str(exc)[:2000]), verdict="error")
                 failure = slots["optimized"].worker.failure
                 if failure is not None:
                     optimized_failure = failure
                 if phase == "prefill" and outcome.verdict == "accepted":
-                    prefill_per_call = {
-                        "first": {label: stats.median(v) for label, v in outcome.prompt_s.items() if v},
+                    prefill_speed = {
+                        "first": {label: stats.median(v) for label, v in outcome.first_window_s.items() if v},
                         "all": {label: stats.median(v) for label, v in outcome.slots.items() if v}}
             entries.append(_entry(outcome, protocol, batch=batch, seq=seq, seed=seed))
         for slot in slots.values():
@@ -408,9 +408,9 @@ def _calibrate(worker: Worker, protocol: Protocol, *, phase: str, vocab: int, ba
 
 def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slot], protocol: Protocol, *, phase: str,
                  vocab: int, batch: int, seq: int, device: str, seed: int, progress: Progress, extend: bool = False,
-                 first_tokens: int = 1, prefill_per_call: dict[str, dict[str, float]] | None = None) -> None:
+                 first_tokens: int = 1, prefill_speed: dict[str, dict[str, float]] | None = None) -> None:
     """Calibrate on the baseline, then interleaved rounds; stops at the first round that rejects.
-    `prefill_per_call`: each arm's medians in this audit's prefill phase, of its samples' first
+    `prefill_speed`: each arm's medians in this audit's prefill phase, of its samples' first
     calls and of its per-call time (decode's prompt is judged against them: _judge_prompt)."""
     optimized = slots["optimized"].worker
     workers = [slot.worker for slot in slots.values()]
@@ -511,7 +511,7 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
                     outcome.after_reply_s.setdefault(label, []).append(record.after_reply_ns / 1e9)
                     # Decode: the prompt's window; prefill: the sample's first call's, as cold as decode's prompt
                     first = sum(record.windows_ns[:head]) if head else (record.windows_ns[0] if record.windows_ns else 0)
-                    outcome.prompt_s.setdefault(label, []).append(first / 1e9)
+                    outcome.first_window_s.setdefault(label, []).append(first / 1e9)
                     unbilled = sum(record.windows_ns[head:bill_from])
                     if unbilled:
                         outcome.unbilled_calls.setdefault(label, []).append(unbilled / 1e9 / record.per_call_s)
@@ -527,7 +527,7 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
         if outcome.verdict == "accepted":
             _judge_unbilled_call(outcome, protocol, seed=seed)
         if outcome.verdict == "accepted" and head:
-            _judge_prompt(outcome, protocol, prefill_per_call, seed=seed)
+            _judge_prompt(outcome, protocol, prefill_speed, seed=seed)
     except SandboxError as exc:
         if optimized.failure is exc:
             _errored(outcome, exc)
@@ -549,6 +549,15 @@ def _phase_rounds(protocol: Protocol, sample_s: float) -> int:
 # loaded box in both rounds rejected an eager model against itself (a 2-round test in CI). Every
 # profile measures 15 rounds or more; only shortened test audits measure fewer than this.
 _MIN_JUDGED_ROUNDS = 3
+
+
+def _ratio_and_excess(mine: Sequence[float], theirs: Sequence[float], protocol: Protocol, *,
+                      seed: int) -> tuple[stats.Estimate, float]:
+    """Round by round, the optimized arm's figure against the trusted one's: a bootstrap CI of the
+    median ratio and the median excess in seconds (a judge asks both to be past its allowances: a
+    ratio alone would reject tiny absolute differences, an excess alone a large model's noise)."""
+    ratio = stats.median_ci([m / max(t, 1e-9) for m, t in zip(mine, theirs)], seed=seed & 0xFFFFFFFF, **bootstrap_args(protocol))
+    return ratio, stats.median([m - t for m, t in zip(mine, theirs)])
 
 
 def _judge_background(outcome: _PhaseOutcome, slots: dict[str, _Slot], ledger: measure.CpuLedger, protocol: Protocol,
@@ -593,9 +602,7 @@ def _judge_background(outcome: _PhaseOutcome, slots: dict[str, _Slot], ledger: m
         outcome.fail(Reason("integrity.background_cpu", f"{outcome.phase}: the optimized model's worker used {idle.point * 1e3:.1f} ms "
                                                         "more CPU per round than trusted workers while it should have been idle"))
         return
-    ratio = stats.median_ci([c / max(t, 1e-6) for c, t in zip(prep_c, prep_t)],
-                            seed=suite.derive_seed(seed, "prepare") & 0xFFFFFFFF, **options)
-    extra = stats.median([c - t for c, t in zip(prep_c, prep_t)])
+    ratio, extra = _ratio_and_excess(prep_c, prep_t, protocol, seed=suite.derive_seed(seed, "prepare"))
     outcome.background["prepare_ratio"] = [ratio.point, ratio.low, ratio.high]
     outcome.background["prepare_extra_s"] = extra
     outcome.background["prepare_extra_allowed_s"] = idle_allowed
@@ -704,8 +711,8 @@ def _judge_prompt(outcome: _PhaseOutcome, protocol: Protocol, prefill: dict[str,
     lower phase's). Where prefill was not audited or not accepted, the scale is 1: the prompt may
     take as long as the trusted workers', so a model with a faster prefill has the difference
     (the report says so)."""
-    mine = outcome.prompt_s.get("optimized") or []
-    trusted = [outcome.prompt_s.get(label) or [] for label in ("baseline", "aa")]
+    mine = outcome.first_window_s.get("optimized") or []
+    trusted = [outcome.first_window_s.get(label) or [] for label in ("baseline", "aa")]
     if len(mine) < _MIN_JUDGED_ROUNDS or any(len(t) != len(mine) for t in trusted):
         return
 
@@ -725,14 +732,12 @@ def _judge_prompt(outcome: _PhaseOutcome, protocol: Protocol, prefill: dict[str,
     else:
         scale, basis = 1.0, "the trusted workers' prompts (prefill not audited or not accepted)"
     expected = [scale * (a + b) / 2 for a, b in zip(*trusted)]
-    ratio = stats.median_ci([m / max(e, 1e-9) for m, e in zip(mine, expected)],
-                            seed=suite.derive_seed(seed, "prompt") & 0xFFFFFFFF, **bootstrap_args(protocol))
-    extra = stats.median([m - e for m, e in zip(mine, expected)])
+    ratio, extra = _ratio_and_excess(mine, expected, protocol, seed=suite.derive_seed(seed, "prompt"))
     allowed = protocol.background_cpu_abs_s + protocol.background_cpu_rel * stats.median(expected)
     outcome.prompt = {"ratio": [ratio.point, ratio.low, ratio.high], "scale": scale, "scale_first_calls": cold,
                       "scale_per_call": warm, "basis": basis, "extra_s": extra, "extra_allowed_s": allowed,
                       "slack": protocol.prompt_slack,
-                      "median_s": {label: stats.median(v) for label, v in outcome.prompt_s.items() if v}}
+                      "median_s": {label: stats.median(v) for label, v in outcome.first_window_s.items() if v}}
     if ratio.low > 1.0 + protocol.prompt_slack and extra > allowed:
         outcome.fail(Reason("integrity.unbilled_call_slow",
                             f"{outcome.phase}: the optimized model's prompt prefill (timed, not billed) took {ratio.point:.2f}x "

@@ -186,7 +186,7 @@ class ModelRunner:
     def _first_step_tokens(self) -> int:
         """Decode's first step's tokens per batch entry, from the cache a two-token prompt leaves."""
         ids = torch.zeros(1, 2, dtype=torch.long, device=self.device)
-        out = self._forward({"input_ids": ids, "use_cache": True, **self._mask(1, 2),
+        out = self._forward({"input_ids": ids, "use_cache": True, **self._mask(1, 2, prebuilt=False),
                              **decoder_inputs(self.config, batch=1, device=self.device)}, "a two-token prompt at load")
         cache = _cache_of(out)
         if cache is None:
@@ -201,11 +201,15 @@ class ModelRunner:
         except BaseException as exc:
             raise candidate_fault(exc, during=during, code="sandbox.candidate_exception") from None
 
-    def _mask(self, batch: int, length: int) -> dict[str, torch.Tensor]:
+    def _mask(self, batch: int, length: int, *, prebuilt: bool = True) -> dict[str, torch.Tensor]:
+        """The all-ones mask of `length`: in a round, the one `prepare` built (every window's; a
+        length it did not build is the harness's error, never silently built inside a window)."""
         if not self.takes_mask:
             return {}
         mask = self.masks.get((batch, length))
         if mask is None:
+            if prebuilt:
+                raise RuntimeError(f"harness: no attention mask of {batch} x {length} was built in prepare")
             mask = torch.ones(batch, length, dtype=torch.long, device=self.device)
         return {"attention_mask": mask}
 

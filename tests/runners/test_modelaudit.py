@@ -540,7 +540,7 @@ def _prompt_outcome(optimized_ms: float) -> "modelaudit._PhaseOutcome":
 
     outcome = modelaudit._PhaseOutcome("decode")
     rounds = 12
-    outcome.prompt_s = {"baseline": [1e-3 * (1 + 0.01 * (r % 3)) for r in range(rounds)],
+    outcome.first_window_s = {"baseline": [1e-3 * (1 + 0.01 * (r % 3)) for r in range(rounds)],
                         "aa": [1e-3 * (1 - 0.01 * (r % 2)) for r in range(rounds)],
                         "optimized": [optimized_ms * 1e-3 * (1 + 0.01 * (r % 4)) for r in range(rounds)]}
     return outcome
