@@ -392,12 +392,9 @@ def _calibrate(worker: Worker, protocol: Protocol, *, phase: str, vocab: int, ba
     reveal = _reveal(phase, np.random.default_rng(suite.derive_seed(seed, "calibrate-reveal")), calls=3, vocab=vocab,
                      batch=batch, seq=seq, first_tokens=first_tokens)
     freeze = _freezes(worker.sandbox, device)
-    if head:  # decode: one sample, its prompt and first step warming up, the last two steps timed
-        record = stepped_sample(worker, reveal, timeout=timeout, discount=discount, bill_from=head + 1, freeze=freeze)
-        per_call, head_s = record.per_call_s, sum(record.windows_ns[:head]) / 1e9
-    else:
-        stepped_sample(worker, reveal[:1], timeout=timeout, discount=discount, freeze=freeze)
-        per_call, head_s = stepped_sample(worker, reveal[1:], timeout=timeout, discount=discount, freeze=freeze).per_call_s, 0.0
+    # One sample: decode's prompt (if any) and the first call warm up, the last two calls are timed.
+    record = stepped_sample(worker, reveal, timeout=timeout, discount=discount, bill_from=head + 1, freeze=freeze)
+    per_call, head_s = record.per_call_s, sum(record.windows_ns[:head]) / 1e9
     worker.call("release", timeout=timeout)
     calls = max(1, min(MAX_CALLS_PER_SAMPLE, protocol.max_calls, math.ceil(protocol.target_sample_s / per_call)))
     # A sample that does not bill its first step has at least two, and one more for the one it does not bill.
