@@ -254,9 +254,10 @@ def audit_model_forward(
         info = _load_trusted(slots["baseline"].worker, model_dir, load_timeout)
         optimized_failure: SandboxError | None = None
         try:
+            # Called as the trusted baseline calls the unmodified model, whatever its own signature says.
             slots["optimized"].worker.call("load", timeout=load_timeout, model_dir=str(model_dir),
                                            apply=applier_source(artifact_dict) if artifact_dict else None,
-                                           transform=transform_source)
+                                           transform=transform_source, convention=info.get("convention"))
         except SandboxError as exc:
             optimized_failure = exc
         _load_trusted(slots["aa"].worker, model_dir, load_timeout)
@@ -264,7 +265,8 @@ def audit_model_forward(
             try:
                 worker = sandbox.spawn("reference")
                 slots[f"ref:{name}"] = _Slot(f"ref:{name}", worker)
-                worker.call("load", timeout=load_timeout, model_dir=str(model_dir), apply=None, transform=REFERENCE_POINTS[name])
+                worker.call("load", timeout=load_timeout, model_dir=str(model_dir), apply=None, transform=REFERENCE_POINTS[name],
+                            convention=info.get("convention"))
             except SandboxError as exc:  # a reference point that cannot run is left out, said why
                 slots.pop(f"ref:{name}", None)
                 notes.append(f"reference point {name} left out: {exc.message}"[:500])

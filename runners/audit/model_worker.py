@@ -90,6 +90,9 @@ def _mask_on_cached_steps(model: Any) -> bool:
     return kwargs.get("attention_mask") is not None
 
 
+_CACHE_ARGS = ("cache", "past_key_values")  # the names a forward takes its key/value cache by
+
+
 class ModelRunner:
     """Loads one model (optionally with an artifact applied) and times its forward on the parent's tokens.
 
@@ -153,17 +156,31 @@ class ModelRunner:
                 model = _transformed(model, namespace["transform"](model))
             except BaseException as exc:
                 raise candidate_fault(exc, during="the model transform", code="sandbox.import_error") from None
-        params = inspect.signature(model.forward).parameters
-        self.cache_arg = next((name for name in ("cache", "past_key_values") if name in params), None)
-        self.takes_mask = "attention_mask" in params
+        convention = header.get("convention")
         decode_note = None
-        if not model.can_generate():
-            decode_note = f"{type(model).__name__} does not generate text, so it has no next-token step"
-        elif self.cache_arg is None:
-            decode_note = f"{type(model).__name__}.forward takes no key/value cache"
+        if isinstance(convention, dict):
+            # How the trusted baseline calls the unmodified model (its load's answer), imposed: an
+            # optimized model is called exactly so. Read from its own signature, a transform that
+            # hid `forward`'s parameters behind **kwargs had its prefill called without the cache
+            # and the mask, a cheaper workload than the baseline's (red team 12, 2026-12-06).
+            cache_arg = convention.get("cache_arg")
+            self.cache_arg = cache_arg if cache_arg in _CACHE_ARGS else None
+            self.takes_mask = convention.get("takes_mask") is True
+            self.generates = convention.get("generates") is True and self.cache_arg is not None
+            self.step_mask = self.takes_mask and convention.get("step_mask") is True
+            if not self.generates:
+                decode_note = "the unmodified model has no next-token step"
+        else:
+            params = inspect.signature(model.forward).parameters
+            self.cache_arg = next((name for name in _CACHE_ARGS if name in params), None)
+            self.takes_mask = "attention_mask" in params
+            if not model.can_generate():
+                decode_note = f"{type(model).__name__} does not generate text, so it has no next-token step"
+            elif self.cache_arg is None:
+                decode_note = f"{type(model).__name__}.forward takes no key/value cache"
+            self.generates = decode_note is None
+            self.step_mask = self.takes_mask and _mask_on_cached_steps(model)
         self.model, self.config = model, config  # the config as loaded: a transform cannot change it
-        self.generates = decode_note is None
-        self.step_mask = self.takes_mask and _mask_on_cached_steps(model)
         first_step_tokens = None
         if header.get("probe_decode") and decode_note is None:
             first_step_tokens = self._first_step_tokens()
@@ -181,6 +198,9 @@ class ModelRunner:
             # How many new tokens decode's first step may carry (asked of the trusted baseline only:
             # the parent uses its answer): two over a key/value cache, one over a recurrent state.
             "first_step_tokens": first_step_tokens,
+            # How this worker calls its model; the parent hands the trusted baseline's to the others.
+            "convention": {"cache_arg": self.cache_arg, "takes_mask": self.takes_mask, "generates": self.generates,
+                           "step_mask": self.step_mask},
         }, []
 
     def _first_step_tokens(self) -> int:

@@ -656,6 +656,31 @@ def test_interrupts_left_for_the_other_workers_windows_are_judged_where_workers_
     assert prefill["left_behind"]["interrupts_per_ms_extra_in_trusted"][1] > measure.protocol_for("cpu-ci").interrupt_excess_per_ms
 
 
+# A forward whose signature hides its parameters (red team 12, 2026-12-06): the worker read how to
+# call a model from its own signature, so this one's prefill was called without the attention mask
+# and without the cache a generating model's prefill builds, a cheaper workload than the baseline's
+# (accepted, billable in single seeds with work hidden in the allowances). Here it refuses any call
+# that is not made as the baseline's are.
+SIGNATURE_HIDDEN = """
+def transform(model):
+    forward = model.forward
+
+    def hidden(input_ids=None, **kwargs):
+        if "attention_mask" not in kwargs or not ({"use_cache", "past_key_values"} & set(kwargs)):
+            raise RuntimeError("called unlike the baseline: " + ", ".join(sorted(kwargs)))
+        return forward(input_ids=input_ids, **kwargs)
+
+    model.forward = hidden
+    return model
+"""
+
+
+def test_the_optimized_model_is_called_as_the_baseline_calls_the_unmodified_one(sample_models):
+    report = _audit(sample_models["llama"], None, transform_source=SIGNATURE_HIDDEN, rounds=3)
+    for phase in report["phases"]:
+        assert phase["verdict"] == "accepted", (phase["phase"], phase["reasons"])
+
+
 # Work after the last reply (the model-audit form of tests/runners/cheats/adv10_after_reply.py): once
 # its sample's last call is answered, the worker keeps its core busy until it is frozen or asked
 # again (at most 3 ms), where an honest worker sleeps in its receive. Before 2026-12-06 that CPU was
