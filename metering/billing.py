@@ -37,8 +37,8 @@ from metering import fees
 from metering.contracts import ContractTerms, terms_of
 from metering.errors import BillingError
 from metering.models import (
-    BillingRecord, BillingRun, Contract, CreditNoteLine, Deployment, DeploymentReport, Invoice, InvoiceLine,
-    InvoiceStatus, LineKind, RecordKind, Reissue,
+    EXACT, MONEY, QUANTITY, BillingRecord, BillingRun, Contract, CreditNoteLine, Deployment, DeploymentReport, Invoice,
+    InvoiceLine, InvoiceStatus, LineKind, RecordKind, Reissue,
 )
 from metering.periods import Period
 from metering.usage import HOURS_QUANTUM, STATEMENT_TIMEOUT_MS
@@ -460,6 +460,7 @@ def billing_run_create(*, period: Period, actor: Any = None, cutoff: datetime | 
                 raise BillingError("invalid_cutoff", f"the cutoff must follow the previous run's "
                                                      f"({latest.cutoff.isoformat()}).")
             planned = plan_period(period=period, cutoff=cutoff, previous=latest)
+            _fits_columns(planned.plan.invoices, period)
             run = _store(period=period, cutoff=cutoff, previous=latest, planned=planned, actor=actor,
                          started=started)
     except IntegrityError:
@@ -469,6 +470,31 @@ def billing_run_create(*, period: Period, actor: Any = None, cutoff: datetime | 
             raise
         return existing, False
     return run, True
+
+
+def _column_bound(column: Mapping[str, int]) -> Decimal:
+    """The first magnitude a decimal column (models.MONEY etc.) cannot hold."""
+    return Decimal(10) ** (column["max_digits"] - column["decimal_places"])
+
+
+def _fits_columns(invoices: Iterable[PlannedInvoice], period: Period) -> None:
+    """Every amount of the planned invoices fits the column that stores it, or nothing is stored:
+    an amount past a column failed the whole run inside the database, for every organization
+    (a red team priced a GPU-hour at 1E+20, 2026-12-06; contract prices are bounded since)."""
+    for invoice in invoices:
+        amounts = [("the invoice's total", invoice.total, MONEY)]
+        for planned in invoice.lines:
+            line = planned.line
+            amounts += [("a line's fee", line.fee, MONEY), ("a line's savings", line.savings, MONEY),
+                        ("a line's hours", line.hours, QUANTITY), ("a line's saved hours", line.saved_hours, QUANTITY),
+                        ("a line's exact savings", line.savings_exact, EXACT), ("a line's exact fee", line.fee_exact, EXACT)]
+        for what, value, column in amounts:
+            if abs(value) >= _column_bound(column):
+                raise BillingError("amount_out_of_range",
+                                   f"{period}: {what} on organization {invoice.organization_id}'s {invoice.currency} "
+                                   f"invoice is {value}, more than an invoice holds (under {_column_bound(column):,}). "
+                                   "Correct the contract's prices or void the usage behind it, then bill again; "
+                                   "nothing was stored.", status=409)
 
 
 def _fits(value: Decimal, what: str) -> Decimal:
@@ -595,6 +621,7 @@ def invoice_rebill(*, voided: Invoice, actor: Any) -> Invoice:
                              f"{voided.organization_id}; its usage now plans "
                              f"{[(i.organization_id, i.currency) for i in planned.plan.invoices]}")
     planned_invoice = planned.plan.invoices[0]
+    _fits_columns([planned_invoice], period)
     invoice = Invoice.objects.create(organization_id=voided.organization_id, run=run, period=run.period,
                                      currency=voided.currency, total=planned_invoice.total)
     reissue = Reissue.objects.create(voided=voided, invoice=invoice, created_by=actor_label(actor))

@@ -23,6 +23,11 @@ from metering.periods import Period
 
 MAX_PLACES = 6  # shares, prices and speedups carry at most 6 decimal places (models.RATE etc.)
 MAX_DISPUTE_DAYS = 365
+# Far above any real price or cap, far below what the money columns hold (models.MONEY: under 10^17):
+# an unbounded price was stored, then overflowed the month's billing run for every organization
+# (a red team, 2026-12-06); billing checks each amount against its column as well (billing._fits_columns).
+MAX_PRICE_PER_HOUR = Decimal(1_000_000)
+MAX_MONTHLY_CAP = Decimal(10) ** 12
 # The scalar fields a form or an API body gives (prices and the measurement plan aside).
 TERMS_FIELDS = ("revenue_share", "minimum_speedup", "monthly_cap", "currency", "rounding", "dispute_window_days",
                 "suite_version", "suite_manifest_sha256", "baseline")
@@ -110,6 +115,9 @@ def contract_terms_check(terms: ContractTerms) -> None:
         raise BillingError("invalid_field", f"rounding {terms.rounding!r} is unknown; use one of "
                                             f"{', '.join(fees.ROUNDING_MODES)}.")
     if terms.monthly_cap is not None:
+        if terms.monthly_cap > MAX_MONTHLY_CAP:
+            raise BillingError("invalid_field", f"monthly_cap is {terms.monthly_cap}: at most {MAX_MONTHLY_CAP:,} "
+                                                f"{terms.currency}; leave it out for no cap.")
         whole = fees.round_money(terms.monthly_cap, currency=terms.currency, rounding="down")
         if terms.monthly_cap < 0 or terms.monthly_cap != whole:
             raise BillingError("invalid_field", f"monthly_cap is {terms.monthly_cap}: a non-negative amount in whole "
@@ -121,6 +129,9 @@ def contract_terms_check(terms: ContractTerms) -> None:
                                                 f"{', '.join(sorted(known))}.")
         if price < 0:
             raise BillingError("invalid_field", f"the price for {hardware} is {price}; prices cannot be negative.")
+        if price > MAX_PRICE_PER_HOUR:
+            raise BillingError("invalid_field", f"the price for {hardware} is {price} per GPU-hour; at most "
+                                                f"{MAX_PRICE_PER_HOUR:,} is accepted.")
     if not 0 <= terms.dispute_window_days <= MAX_DISPUTE_DAYS:
         raise BillingError("invalid_field", f"dispute_window_days is {terms.dispute_window_days}: 0 to "
                                             f"{MAX_DISPUTE_DAYS}.")

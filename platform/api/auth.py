@@ -20,13 +20,19 @@ __all__ = ["ApiError", "authenticate", "error_response", "json_body", "json_too_
 JSON_BODY_MAX_BYTES = 2 * 2**20
 
 
+# Endpoints that judge each item of a batch themselves, a NUL character included (the usage batch
+# rejects that event alone, with a reason, and stores the others).
+PER_ITEM_BODIES = frozenset({"/api/v1/usage/batch"})
+
+
 def json_body(request: HttpRequest, *, max_bytes: int = JSON_BODY_MAX_BYTES) -> dict[str, Any]:
     """The request's JSON object; refused (413) from its Content-Length before a byte is read when
-    it is over `max_bytes`, and (400) when it is not JSON or nests too deep."""
+    it is over `max_bytes`, and (400) when it is not JSON, nests too deep or holds a NUL character."""
     declared = content_length(request.META)
     if declared is not None and declared > max_bytes:
         raise json_too_large(declared, max_bytes)
-    return json_object_bounded(request.body or b"{}", max_bytes=max_bytes, what="The request body")
+    return json_object_bounded(request.body or b"{}", max_bytes=max_bytes, what="The request body",
+                               refuse_nul=request.path_info not in PER_ITEM_BODIES)
 
 
 def json_too_large(declared: int, max_bytes: int) -> ApiError:

@@ -40,7 +40,7 @@ _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 class InputRejected(ValueError):
     """Input refused before it could do harm. `code`: "too_large", "too_deep", "invalid_json",
-    "invalid_time" or "invalid_id"; `message` says what was wrong and what to do, and never carries server detail."""
+    "invalid_text", "invalid_time" or "invalid_id"; `message` says what was wrong and what to do, and never carries server detail."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -88,11 +88,13 @@ def _finite_float(text: str) -> float:
 
 
 def json_loads_bounded(data: bytes | str, *, max_bytes: int, what: str, max_depth: int = MAX_DEPTH,
-                       object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None) -> Any:
+                       object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None,
+                       refuse_nul: bool = True) -> Any:
     """Parse untrusted JSON (UTF-8 bytes or text) of at most `max_bytes` and `max_depth` levels.
 
-    Strict RFC 8259: no NaN or Infinity, no number that overflows a float. `what` names the
-    document in messages ("the request body", "config.json"). Raises InputRejected.
+    Strict RFC 8259: no NaN or Infinity, no number that overflows a float; no NUL character in a
+    string unless `refuse_nul` is False (a caller that judges each item of a batch itself). `what`
+    names the document in messages ("the request body", "config.json"). Raises InputRejected.
     """
     size = len(data) if isinstance(data, bytes) else len(data.encode("utf-8", "surrogatepass"))
     if size > max_bytes:
@@ -109,13 +111,39 @@ def json_loads_bounded(data: bytes | str, *, max_bytes: int, what: str, max_dept
         raise InputRejected("too_deep", f"{what} nests arrays or objects more than {max_depth} levels deep; "
                                         "flatten it.")
     try:
-        return json.loads(text, object_pairs_hook=object_pairs_hook, parse_constant=_refuse_constant,
-                          parse_float=_finite_float, parse_int=_bounded_int)
+        document = json.loads(text, object_pairs_hook=object_pairs_hook, parse_constant=_refuse_constant,
+                              parse_float=_finite_float, parse_int=_bounded_int)
     except json.JSONDecodeError as exc:
         raise InputRejected("invalid_json", f"{what} is not valid JSON: {exc.msg} at line {exc.lineno}, "
                                             f"column {exc.colno}; fix it there.") from None
     except ValueError as exc:  # raised by the hooks (ours and the caller's): their text names the value
         raise InputRejected("invalid_json", f"{what} is not acceptable JSON: {exc}; fix it.") from None
+    # Only an escape can put a NUL in a string (the parser refuses raw control characters there).
+    where = nul_path(document) if refuse_nul and "\\u0000" in text else None
+    if where is not None:
+        raise InputRejected("invalid_text", f"{what} holds a NUL character (\\u0000) at {where}, which Dyno "
+                                            "cannot store; remove it.")
+    return document
+
+
+def nul_path(document: Any) -> str | None:
+    """Where a parsed JSON document holds a NUL character (U+0000) in a key or a string, as a
+    path ("$.workloads[2].name"), or None. PostgreSQL stores no NUL in text or jsonb: a string with
+    one is refused at the door rather than failing the write."""
+    stack: list[tuple[str, Any]] = [("$", document)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                return path
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if "\x00" in str(key):
+                    return path
+                stack.append((f"{path}.{str(key)[:40]}", item))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{index}]", item) for index, item in enumerate(value))
+    return None
 
 
 def json_object_bounded(data: bytes | str, *, max_bytes: int, what: str, **options: Any) -> dict[str, Any]:

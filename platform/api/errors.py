@@ -60,6 +60,11 @@ def _too_large(limit_hint: str = "") -> JsonResponse:
                                                     f"{limit_hint}; send less (split a batch, shard a file).")
 
 
+def internal_response(request: HttpRequest, exc: BaseException | None) -> JsonResponse:
+    """A failure on Dyno's side, logged with an incident id; the answer names the incident only."""
+    return _internal(request, exc)
+
+
 def _internal(request: HttpRequest, exc: BaseException | None) -> JsonResponse:
     incident = uuid.uuid4().hex[:12]
     actor = getattr(request, "actor", None)

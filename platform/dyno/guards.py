@@ -33,6 +33,7 @@ MODEL_UPLOADS = frozenset({"front:upload", "api:models"})
 # Content-Length also counts the multipart framing and form fields: a body within this much of the
 # room left is let through to be counted exactly (catalog.services.upload_quota_charge).
 UPLOAD_FRAMING_SLACK = 1 << 20
+CONTROL_PREFIX = "/runner/"  # the runners' control API (fleet.control_api): JSON answers too
 
 
 def limit_response(request: HttpRequest, limit: LimitReached) -> HttpResponse:
@@ -52,6 +53,12 @@ class RequestGuard:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         api = is_api_path(request)
+        if any("\x00" in key or any("\x00" in value for value in values) for key, values in request.GET.lists()):
+            # PostgreSQL holds no NUL in text: a filter with one failed inside the query (a red team, 2026-12-06).
+            message = "The query string holds a NUL character (%00), which Dyno neither stores nor searches for; remove it."
+            if api or request.path_info.startswith(CONTROL_PREFIX):
+                return error_response(400, "invalid_text", message)
+            return HttpResponse(message, status=400, content_type="text/plain; charset=utf-8")
         if api:
             refused = _bad_keys_refusal(request)
             if refused is not None:

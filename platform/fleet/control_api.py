@@ -16,8 +16,8 @@ fleet.control_client.
 from __future__ import annotations
 
 import ipaddress
-import json
 import logging
+import uuid
 from functools import wraps
 from typing import Any, Callable
 
@@ -28,7 +28,8 @@ from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 
 from accounts.clients import client_address
-from api.errors import error_response
+from api.bounded import InputRejected, json_object_bounded
+from api.errors import error_response, internal_response
 from fleet.keys import runner_key_for
 from fleet.models import Runner, RunnerKey
 from fleet.services import (
@@ -45,6 +46,7 @@ from runs.services import (
     run_fail,
     run_log,
     run_progress,
+    result_problem,
     run_succeed,
     runs_fail_held_by,
     runs_heartbeat,
@@ -76,12 +78,11 @@ def _body(request: HttpRequest) -> dict[str, Any]:
     if len(raw) > MAX_BODY_BYTES:
         raise Refused(413, "too_large", f"the body exceeds {MAX_BODY_BYTES} bytes.")
     try:
-        body = json.loads(raw or b"{}")
-    except (ValueError, UnicodeDecodeError):
-        raise Refused(400, "invalid_json", "the body is not JSON; send a JSON object.") from None
-    if not isinstance(body, dict):
-        raise Refused(400, "invalid_json", "the body must be a JSON object.")
-    return body
+        # Bounded like every API body: no NaN or Infinity, no nesting past MAX_DEPTH, no NUL in a
+        # string (PostgreSQL stores none: a result, log line or hostname with one failed the write).
+        return json_object_bounded(raw or b"{}", max_bytes=MAX_BODY_BYTES, what="the body")
+    except InputRejected as exc:
+        raise Refused(400, exc.code, exc.message) from None
 
 
 def _text(body: dict[str, Any], name: str, *, required: bool = True, limit: int = MAX_TEXT) -> str:
@@ -89,6 +90,14 @@ def _text(body: dict[str, Any], name: str, *, required: bool = True, limit: int 
     if not isinstance(value, str) or (required and not value.strip()):
         raise Refused(400, "invalid_field", f"`{name}` must be a non-empty string.")
     return value[:limit]
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _from_runner_network(request: HttpRequest) -> bool:
@@ -121,6 +130,8 @@ def endpoint(method: str) -> Callable:
                 answer = view(request, key, body, **kwargs)
             except Refused as exc:
                 return error_response(exc.status, exc.code, exc.message)
+            except Exception as exc:  # noqa: BLE001 - every answer is JSON, failures too (logged with an incident id)
+                return internal_response(request, exc)
             return answer if isinstance(answer, HttpResponseBase) else JsonResponse(answer)
 
         return handle
@@ -222,6 +233,10 @@ def succeed(request: HttpRequest, key: RunnerKey, body: dict[str, Any], run_id: 
         if value is not None and not isinstance(value, dict):
             raise Refused(400, "invalid_field", f"`{name}` must be a JSON object or null.")
     result = outcome.get("result")
+    problem = result_problem(result) if isinstance(result, dict) else None
+    if problem is not None:
+        raise Refused(400, "invalid_result", f"the result document does not fit: {problem}. The run stays running; "
+                                             "send a corrected document.")
     summary = runner_calibration_summary(hostname=worker)
     if isinstance(result, dict) and summary is not None:
         result.setdefault("environment", {})["runner_calibration"] = summary
@@ -293,8 +308,8 @@ def register(request: HttpRequest, key: RunnerKey, body: dict[str, Any]) -> dict
 def heartbeat(request: HttpRequest, key: RunnerKey, body: dict[str, Any]) -> dict[str, Any]:
     hostname = _bound(key, _text(body, "hostname", limit=200))
     executing = body.get("executing")
-    if not isinstance(executing, list) or not all(isinstance(r, str) for r in executing):
-        raise Refused(400, "invalid_field", "`executing` must be a list of run ids.")
+    if not isinstance(executing, list) or not all(isinstance(r, str) and _is_uuid(r) for r in executing):
+        raise Refused(400, "invalid_field", "`executing` must be a list of run ids (UUIDs).")
     runner_heartbeat(hostname=hostname)
     runs_heartbeat(worker=hostname, executing=set(executing))
     return {"ok": True}
@@ -309,8 +324,13 @@ def stopped(request: HttpRequest, key: RunnerKey, body: dict[str, Any]) -> dict[
 @endpoint("POST")
 def calibration(request: HttpRequest, key: RunnerKey, body: dict[str, Any]) -> dict[str, Any]:
     document = body.get("calibration")
-    if not isinstance(document, dict):
-        raise Refused(400, "invalid_field", "`calibration` must be a dyno.calibration/1 object.")
+    verdict = document.get("verdict") if isinstance(document, dict) else None
+    if not (isinstance(verdict, dict) and isinstance(verdict.get("billable"), bool)
+            and isinstance(verdict.get("message"), str) and isinstance(document.get("profile"), str)):
+        # Checked before it is stored: a stored verdict of another shape failed every later result
+        # of the runner (a red team, 2026-12-06).
+        raise Refused(400, "invalid_field", "`calibration` must be a dyno.calibration/1 object: a `profile` string and "
+                                            "a `verdict` object with `billable` (true or false) and `message`.")
     runner_calibration_record(hostname=_bound(key, _text(body, "hostname", limit=200)), calibration=document)
     return {"ok": True}
 

@@ -32,7 +32,7 @@ def runner_register(*, hostname: str, queues: list[str], fingerprint: dict[str, 
 def runner_calibration_record(*, hostname: str, calibration: dict[str, Any]) -> None:
     """Store a runner's calibration (what `runners.calibrate` returned) and say so in the log."""
     updated = Runner.objects.filter(hostname=hostname).update(calibration=calibration, calibrated_at=timezone.now())
-    verdict = calibration.get("verdict") or {}
+    verdict = calibration.get("verdict") if isinstance(calibration.get("verdict"), dict) else {}
     (log.info if verdict.get("billable") else log.warning)(
         "runner %s calibration on %s: %s", hostname, calibration.get("profile"), verdict.get("message"))
     if not updated:
@@ -46,8 +46,9 @@ def runner_calibration_summary(*, hostname: str) -> dict[str, Any] | None:
     if runner is None or not isinstance(runner.calibration, dict):
         return None
     calibration = runner.calibration
-    return {"billable": bool((calibration.get("verdict") or {}).get("billable")),
-            "profile": calibration.get("profile"), "message": (calibration.get("verdict") or {}).get("message"),
+    verdict = calibration.get("verdict") if isinstance(calibration.get("verdict"), dict) else {}
+    return {"billable": verdict.get("billable") is True,
+            "profile": calibration.get("profile"), "message": verdict.get("message"),
             "summary": calibration.get("summary"),
             "calibrated_at": runner.calibrated_at.isoformat() if runner.calibrated_at else None}
 

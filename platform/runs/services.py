@@ -10,6 +10,7 @@ import ast
 import hashlib
 import json
 import logging
+import math
 from datetime import timedelta
 from typing import Any
 
@@ -209,6 +210,75 @@ def run_progress(*, run_id, worker: str, fraction: float, message: str = "", sta
         run_log(run_id, message, stage=stage or "")
 
 
+def _finite_or_none(value: Any) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))
+
+
+def _interval_or_none(value: Any) -> bool:
+    return value is None or (isinstance(value, list) and len(value) == 2 and all(_finite_or_none(v) for v in value))
+
+
+def _text_problem(block: dict[str, Any], where: str, limits: dict[str, int]) -> str | None:
+    for name, limit in limits.items():
+        value = block.get(name)
+        if name in block and not (isinstance(value, str) and len(value) <= limit):
+            return f"{where}.{name} must be a string of at most {limit} characters"
+    return None
+
+
+def result_problem(result: dict[str, Any]) -> str | None:
+    """What in a result document does not fit what a succeeded run stores (runs.models.Run and
+    WorkloadResult), in words, or None: checked before anything is written, so a malformed
+    document is refused whole instead of failing half-way (a red team's `ci95: [1.2]`, 2026-12-06)."""
+    workloads = result.get("workloads", [])
+    if not isinstance(workloads, list):
+        return "`workloads` must be a list"
+    for index, entry in enumerate(workloads):
+        where = f"workloads[{index}]"
+        if not isinstance(entry, dict):
+            return f"{where} must be an object"
+        name = entry.get("name")
+        if not (isinstance(name, str) and 0 < len(name) <= 64):
+            return f"{where}.name must be a string of 1 to 64 characters"
+        problem = _text_problem(entry, where, {"key": 200, "family": 32, "dtype": 16, "verdict": 16})
+        if problem:
+            return problem
+        if not _finite_or_none(entry.get("speedup")) or not _interval_or_none(entry.get("ci95")):
+            return f"{where}: `speedup` must be a finite number or null and `ci95` two of them or null"
+        for side in ("baseline", "candidate"):
+            block = entry.get(side)
+            if block is not None and not (isinstance(block, dict) and _finite_or_none(block.get("median_s"))):
+                return f"{where}.{side} must be an object whose `median_s` is a finite number or null"
+        digest = (entry.get("candidate") or {}).get("source_sha256")
+        if digest is not None and not (isinstance(digest, str) and len(digest) <= 64):
+            return f"{where}.candidate.source_sha256 must be a hex digest"
+        for field, kind in (("shape", dict), ("reasons", list), ("reference_points", dict)):
+            if field in entry and not isinstance(entry[field], kind):
+                return f"{where}.{field} must be {'an object' if kind is dict else 'a list'}"
+    model = result.get("model")
+    if model is not None:
+        if not isinstance(model, dict):
+            return "`model` must be an object or null"
+        if not all(_finite_or_none(model.get(name)) for name in ("speedup", "baseline_s", "optimized_s")) \
+                or not _interval_or_none(model.get("ci95")):
+            return "model: `speedup`, `baseline_s` and `optimized_s` must be finite numbers or null, `ci95` two of them"
+        problem = _text_problem(model, "model", {"dtype": 16, "verdict": 16})
+        if problem:
+            return problem
+        for field, kind in (("shape", dict), ("reasons", list), ("weighting", list)):
+            if field in model and model[field] is not None and not isinstance(model[field], kind):
+                return f"model.{field} must be {'an object' if kind is dict else 'a list'}"
+        for index, weight in enumerate(model.get("weighting") or []):
+            if not (isinstance(weight, dict) and isinstance(weight.get("key", ""), str)
+                    and isinstance(weight.get("count", 1), int) and not isinstance(weight.get("count", 1), bool)
+                    and 0 < weight.get("count", 1) < 2**31 and _finite_or_none(weight.get("weight", 0.0))):
+                return f"model.weighting[{index}] must be an object with a `key`, a positive integer `count` and a number `weight`"
+    verdict = result.get("verdict", "")
+    if not (isinstance(verdict, str) and len(verdict) <= 16):
+        return "`verdict` must be a string of at most 16 characters"
+    return None
+
+
 def _workload_rows(run_id, result: dict[str, Any], weights: dict[str, tuple[int, float]]) -> list[WorkloadResult]:
     rows = []
     for entry in result.get("workloads", []):
@@ -257,6 +327,9 @@ def run_succeed(*, run_id, worker: str, inventory: dict[str, Any] | None = None,
         fields["artifact"] = artifact
         fields["artifact_sha256"] = hashlib.sha256(artifact_bytes(artifact)).hexdigest()
     if result is not None:
+        problem = result_problem(result)
+        if problem is not None:
+            raise ValueError(f"the result document does not fit: {problem}")
         model = result.get("model") or {}
         ci = model.get("ci95") or [None, None]
         fields.update(result=result, stable=model_stable(result),

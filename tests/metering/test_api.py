@@ -73,6 +73,26 @@ def test_it_creates_contract_versions_for_finance_only(keys, operator_org):
     assert {c["organization"] for c in own} == {"acme"} and len(own) == 2
 
 
+def test_it_refuses_prices_and_caps_past_what_an_invoice_holds(keys, operator_org):
+    # A price of 1E+20 a GPU-hour was stored, then overflowed the month's billing run for every
+    # organization; a cap of 1E+20 failed the request itself (a red team, 2026-12-06).
+    from metering.models import Contract
+    from tests.metering.conftest import TERMS
+
+    later = (timezone.now().date().replace(day=1) + timedelta(days=32)).replace(day=1)
+    body = {**TERMS, "organization": "acme", "effective_from": later.isoformat()}
+    stored = Contract.objects.count()
+    hardware = next(iter(TERMS["prices"]))
+    for change, says in (({"prices": {hardware: "1E+20"}}, "at most 1,000,000"),
+                         ({"prices": {hardware: "1000000.000001"}}, "at most 1,000,000"),
+                         ({"monthly_cap": "1E+20"}, "at most 1,000,000,000,000")):
+        answer = keys["finance"].post("contracts", {**body, **change})
+        assert answer.status_code == 400, answer.content
+        assert answer.json()["error"]["code"] == "invalid_field" and says in answer.json()["error"]["message"]
+    assert Contract.objects.count() == stored
+    assert keys["finance"].post("contracts", {**body, "prices": {hardware: "1000000"}}).status_code == 201
+
+
 def test_it_keeps_each_customer_inside_its_own_organization(keys, billed, make_report):
     from metering.invoices import invoice_finalize
     from metering.models import Deployment, UsageEvent

@@ -3,6 +3,8 @@ and the history of which report applied from when is kept (append-only)."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 from django.db import IntegrityError, transaction
 
@@ -126,3 +128,29 @@ def test_a_report_measured_where_figures_cannot_be_trusted_never_bills(make_org,
     deployment = make_deployment(org, original, name="prod")
     assert deployments_follow_reaudit(report=make_report(org, supersedes=original, reasons=(code,))) == []
     assert list(deployment.report_history.values_list("report_id", flat=True)) == [original.pk]
+
+
+def test_a_billing_run_whose_amount_would_not_fit_its_column_is_refused_whole(make_org, make_contract, make_report,
+                                                                             make_deployment, ingest, billing_settings,
+                                                                             monkeypatch):
+    # Prices and caps are bounded at the contract; what a month's usage adds up to is checked
+    # before anything is written (an amount past a column failed the run inside the database).
+    # The columns' bound is lowered here so that an ordinary invoice stands in for a huge one.
+    from metering import billing
+    from metering.errors import BillingError
+    from metering.models import BillingRun, Invoice
+    from metering.periods import Period
+
+    org = make_org("acme")
+    make_contract(org)
+    ingest(make_deployment(org, make_report(org, ci_low="1.2"), name="prod"), [("2025-01-10 00:00", "200")])
+    monkeypatch.setattr(billing, "_column_bound", lambda column: Decimal(10))  # the fee is 20.00
+    with pytest.raises(BillingError) as refused:
+        billing.billing_run_create(period=Period(2025, 1), actor="system:test")
+    assert refused.value.code == "amount_out_of_range" and refused.value.status == 409
+    assert "acme" in refused.value.message or str(org.pk) in refused.value.message
+    assert "nothing was stored" in refused.value.message
+    assert BillingRun.objects.count() == 0 and Invoice.objects.count() == 0
+    monkeypatch.undo()
+    run, created = billing.billing_run_create(period=Period(2025, 1), actor="system:test")
+    assert created and Invoice.objects.get(run=run).total == Decimal("20.00")

@@ -169,6 +169,45 @@ def test_a_malformed_request_gets_a_json_refusal_not_a_server_error(client, runn
     assert answer.status_code == 405 and answer.json()["error"]["code"] == "method_not_allowed"
 
 
+def test_malformed_values_get_a_json_refusal_and_leave_what_is_stored(live_server, queued, runner_token, client):
+    # A red team's probes (2026-12-06), each a 500 as an HTML page before, one after a half-write.
+    from fleet.models import Runner
+
+    django_client = client
+    run = queued()
+    client = ControlClient(live_server.url, runner_token, attempts=0)
+    client.register(hostname="w2@host", queues=["cpu"], fingerprint={"device": "cpu"})
+    client.claim(str(run.pk), worker="w2@host")
+
+    def refused(path: str, body: dict, code: str) -> str:
+        with pytest.raises(ControlRefused) as caught:
+            client.request(path, body)
+        assert caught.value.status == 400 and caught.value.code == code, (path, body, caught.value.message)
+        return caught.value.message
+
+    # A calibration of another shape is refused before it is stored (it failed every later result).
+    message = refused("workers/calibration", {"hostname": "w2@host", "calibration": {"verdict": "x"}}, "invalid_field")
+    assert "`verdict` object" in message and Runner.objects.get(hostname="w2@host").calibration in (None, {})
+    good = {"schema": "dyno.suite-result/1", "verdict": "accepted", "workloads": []}
+    for result, where in (({**good, "model": {"ci95": [1.2]}}, "ci95"), ({**good, "workloads": [7]}, "workloads[0]"),
+                          ({**good, "workloads": [{"name": "x" * 65}]}, "name"),
+                          ({**good, "workloads": [{"name": "rmsnorm", "speedup": "fast"}]}, "speedup"),
+                          ({**good, "model": {"weighting": [{"key": "a", "count": "2"}]}}, "weighting")):
+        assert where in refused(f"runs/{run.pk}/succeed", {"worker": "w2@host", "result": result}, "invalid_result")
+    # A NUL in any string, a NaN, a run id that is not one: refused at the door.
+    assert "NUL" in refused(f"runs/{run.pk}/log", {"worker": "w2@host", "message": "a\x00b"}, "invalid_text")
+    refused(f"runs/{run.pk}/succeed", {"worker": "w2@host", "result": {**good, "workloads": [{"name": "rms\x00norm"}]}},
+            "invalid_text")
+    answer = django_client.generic("POST", "/runner/v1/workers/register",
+                                   '{"hostname": "w2@host", "queues": ["cpu"], "fingerprint": {"x": NaN}}',
+                                   content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {runner_token}")
+    assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_json", answer.content
+    refused("workers/heartbeat", {"hostname": "w2@host", "executing": ["not-a-uuid"]}, "invalid_field")
+    run.refresh_from_db()
+    assert run.status == Status.RUNNING  # nothing of it was written
+    assert client.succeed(str(run.pk), worker="w2@host", result=good)
+
+
 def test_a_runner_fetches_only_the_model_files_of_the_run_it_holds(live_server, owner, runner_token, sample_models,
                                                                    media_root, tmp_path,
                                                                    django_capture_on_commit_callbacks):

@@ -213,6 +213,31 @@ def test_it_refuses_a_deployment_of_a_report_that_is_no_id(client, make_org, mak
     assert Deployment.objects.count() == 0
 
 
+# -- NUL characters -----------------------------------------------------------------------------
+
+
+def test_it_refuses_a_nul_character_in_a_body_or_a_query_string(client, make_org, make_key, make_report):
+    # PostgreSQL stores no NUL in text or jsonb: each of these failed inside the database (a red
+    # team, 2026-12-06); now refused at the door, nothing written.
+    org = make_org()
+    report = make_report(org)
+    key = make_key(org)
+    body = {"report": str(report.pk), "name": "pro\x00d"}
+    message = _error(client.post("/api/v1/deployments", json.dumps(body), content_type="application/json", **_auth(key)),
+                     400, "invalid_text")
+    assert "NUL" in message and "$.name" in message
+    assert Deployment.objects.count() == 0
+    _error(client.post(f"/api/v1/reports/{report.pk}/disputes", json.dumps({"reason": "\x00abc"}),
+                       content_type="application/json", **_auth(key)), 400, "invalid_text")
+    for path in ("/api/v1/invoices?currency=%00", "/api/v1/invoices?organization=%00", "/api/v1/contracts?organization=%00"):
+        assert "NUL" in _error(client.get(path, **_auth(key)), 400, "invalid_text"), path
+    # An escaped backslash followed by "u0000" is text like any other.
+    from api.bounded import json_object_bounded
+
+    text = json.dumps({"name": "prod \\u0000", "list": ["a\\u0000"]})
+    assert json_object_bounded(text, max_bytes=1000, what="a body") == {"name": "prod \\u0000", "list": ["a\\u0000"]}
+
+
 # -- datetimes ----------------------------------------------------------------------------------
 
 
