@@ -14,6 +14,7 @@ from accounts.models import Organization
 from accounts.selectors import Actor
 from api.bounded import InputRejected, instant_bounded
 from auditlog.services import actor_label, audit_record
+from metering.billing import billing_lock
 from metering.contracts import billed_horizon
 from metering.errors import BillingError
 from metering.models import Contract, Deployment, DeploymentReport
@@ -122,13 +123,15 @@ def deployment_create(*, actor: Actor, organization: Organization, report: Repor
     if not name or len(name) > 100:
         raise BillingError("invalid_field", "a deployment needs a name of 1 to 100 characters (e.g. \"prod-eu\").")
     moment = _instant(active_from or timezone.now(), "active_from")
-    if _not_before_horizon(moment) != moment:
-        raise BillingError("billed_period", f"{moment:%Y-%m} is already billed; a deployment starts later.", status=409)
-    contract = _contract_at(organization.pk, moment)
-    _check_billable_report(report=report, contract=contract, hardware=report.hardware)
     run = report.run
     try:
         with transaction.atomic():
+            billing_lock()  # the horizon as no billing run is about to move it (deployment_switch_report)
+            if _not_before_horizon(moment) != moment:
+                raise BillingError("billed_period", f"{moment:%Y-%m} is already billed; a deployment starts later.",
+                                   status=409)
+            contract = _contract_at(organization.pk, moment)
+            _check_billable_report(report=report, contract=contract, hardware=report.hardware)
             deployment = Deployment.objects.create(
                 organization=organization, name=name, model_version_id=run.model_version_id,
                 hardware=report.hardware, artifact_sha256=run.artifact_sha256 or "", active_from=moment,
@@ -158,8 +161,13 @@ def deployment_switch_report(*, actor: Any, deployment: Deployment, report: Repo
     if report.run.model_version_id != deployment.model_version_id or report.hardware != deployment.hardware:
         raise BillingError("report_mismatch", f"report {report.pk} measured another model version or hardware "
                                               f"class than deployment {deployment.name} serves.")
-    moment = _not_before_horizon(_instant(effective_from or report.created_at, "effective_from"))
+    asked = _instant(effective_from or report.created_at, "effective_from")
     with transaction.atomic():
+        # The billed horizon is read under the billing runs' lock: read before it, a switch that
+        # committed while a run billed its month landed inside that month, and a later reissue
+        # re-priced it (red team 14, 2026-12-06: a routine reissue moved 20.00 to 60.00).
+        billing_lock()
+        moment = _not_before_horizon(asked)
         # Lock the deployment so two switches cannot interleave their "latest" checks.
         Deployment.objects.select_for_update().filter(pk=deployment.pk).first()
         current = deployment.report_history.order_by("-effective_from").first()

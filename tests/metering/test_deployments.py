@@ -154,3 +154,62 @@ def test_a_billing_run_whose_amount_would_not_fit_its_column_is_refused_whole(ma
     monkeypatch.undo()
     run, created = billing.billing_run_create(period=Period(2025, 1), actor="system:test")
     assert created and Invoice.objects.get(run=run).total == Decimal("20.00")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_report_switch_waits_for_a_billing_run_in_flight_and_lands_after_its_month(
+        make_org, make_contract, make_report, make_deployment, ingest, billing_settings, monkeypatch):
+    # Red team 14 (2026-12-06): the switch read the billed horizon before the run committed, so it
+    # landed inside the month being billed, and a routine reissue later billed that month again at
+    # the new report's figure (20.00 -> 60.00). The run is held after planning here, as a run over
+    # much usage takes its time there.
+    import threading
+
+    from django.db import connection
+
+    from metering import billing
+    from metering.deployments import deployment_switch_report
+    from metering.periods import Period
+
+    org = make_org("acme")
+    make_contract(org)
+    original = make_report(org, ci_low="1.2")
+    deployment = make_deployment(org, original, name="prod")
+    ingest(deployment, [("2025-01-05 00:00", "100"), ("2025-01-25 00:00", "100")])
+    reaudit = make_report(org, supersedes=original, ci_low="2.0")
+    planned, proceed = threading.Event(), threading.Event()
+    fits = billing._fits_columns
+
+    def held(*args, **kwargs):
+        fits(*args, **kwargs)
+        planned.set()
+        assert proceed.wait(20)
+
+    monkeypatch.setattr(billing, "_fits_columns", held)
+    switched: list = []
+
+    def run_billing():
+        try:
+            billing.billing_run_create(period=Period(2025, 1), actor="system:test")
+        finally:
+            connection.close()
+
+    def switch():
+        try:
+            switched.append(deployment_switch_report(actor="system:test", deployment=deployment, report=reaudit,
+                                                     effective_from=at("2025-01-15 00:00")))
+        finally:
+            connection.close()
+
+    runner = threading.Thread(target=run_billing)
+    runner.start()
+    assert planned.wait(20)
+    switcher = threading.Thread(target=switch)
+    switcher.start()
+    switcher.join(0.5)
+    assert switcher.is_alive()  # waiting for the run's lock, not reading the horizon before it
+    proceed.set()
+    runner.join(20)
+    switcher.join(20)
+    assert not runner.is_alive() and not switcher.is_alive()
+    assert switched and switched[0].effective_from == at("2025-02-01 00:00")
