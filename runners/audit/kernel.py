@@ -166,11 +166,7 @@ class KernelAudit:
             worker = self.session.baselines(spec, 1, protocol, inputs)[0]
             timeout = protocol.call_timeout_floor_s * 4
             run = lambda n: self._sample(worker, list(range(n)), timeout=timeout, freeze=False)  # noqa: E731
-            # Every probe slot is called once first: a slot's first call faults in its output pages
-            # (rmsnorm on `cpu`: 2.5-4.2 ms a call against 0.8 ms warm, which gave it 4 calls a
-            # sample, a quarter of the target, and the hidden-work allowance's fixed part twice the
-            # share of a sample it has elsewhere; 2026-12-06).
-            run(probe_calls)
+            run(1)
             single = run(1).per_call_s
             count = max(2, min(probe_calls, math.ceil(protocol.target_sample_s / single)))
             per_call = _marginal_per_call(run(count))
