@@ -68,6 +68,30 @@ def _thp_mode() -> str | None:
     return text[start + 1:end] if 0 <= start < end else None
 
 
+def _memory_reclaim() -> dict[str, Any]:
+    """What the kernel does with a worker's memory behind its back, besides huge pages: the actions
+    of DAMON's running schemes (`pageout` of cold regions, ...) and whether a virtio balloon reports
+    free pages to the host (freed blocks are given back and fault in again when reused). Both are
+    layout effects an A/A control measures; the development VM runs both (2026-12-06)."""
+    actions: list[str] = []
+    try:
+        for state in sorted(Path("/sys/kernel/mm/damon/admin/kdamonds").glob("*/state")):
+            if state.read_text().strip() == "on":
+                actions += [a.read_text().strip() for a in sorted(state.parent.glob("contexts/*/schemes/*/action"))]
+    except OSError:
+        pass
+    reporting = False
+    try:
+        for device in Path("/sys/bus/virtio/devices").iterdir():
+            # Device id 5 is the balloon; feature bit 5 is VIRTIO_BALLOON_F_FREE_PAGE_REPORTING.
+            if (device / "device").read_text().strip() == "0x0005":
+                features = (device / "features").read_text().strip()
+                reporting = reporting or (len(features) > 5 and features[5] == "1")
+    except OSError:
+        pass
+    return {"damon_actions": actions, "free_page_reporting": reporting}
+
+
 def gpu_uuid(index: int = 0) -> str | None:
     """The UUID of the GPU this process sees as `index` (`GPU-...` as nvidia-smi prints it), or None."""
     import torch
@@ -110,6 +134,7 @@ def environment_fingerprint(device: str = "cpu", *, threads: int | None = None) 
         # The kernel's transparent-huge-page mode: it decides which pages a worker's tensors land
         # on, one of the layout effects an A/A control measures.
         "transparent_hugepage": _thp_mode(),
+        "memory_reclaim": _memory_reclaim(),
         "gpu": None,
     }
     if device.startswith("cuda"):

@@ -139,3 +139,16 @@ def test_the_environment_names_the_kernels_huge_page_mode():
         assert f"[{mode}]" in path.read_text()
     else:
         assert mode is None
+
+
+def test_the_environment_names_what_the_kernel_reclaims_behind_a_workers_back():
+    from pathlib import Path
+
+    reclaim = environment_fingerprint("cpu")["memory_reclaim"]
+    assert set(reclaim) == {"damon_actions", "free_page_reporting"} and isinstance(reclaim["free_page_reporting"], bool)
+    running = [state for state in Path("/sys/kernel/mm/damon/admin/kdamonds").glob("*/state") if state.read_text().strip() == "on"]
+    actions = [action for state in running for action in state.parent.glob("contexts/*/schemes/*/action")]
+    assert len(reclaim["damon_actions"]) == len(actions)
+    assert all(action in {"willcold", "willhot", "pageout", "hugepage", "nohugepage", "lru_prio", "lru_deprio",
+                          "migrate_hot", "migrate_cold", "stat"} for action in reclaim["damon_actions"]), reclaim
+
