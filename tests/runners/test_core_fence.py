@@ -48,9 +48,13 @@ def test_nothing_runs_on_the_measurement_core_while_the_parent_holds_it():
             held = _advances(counter, 0.02)
         finally:
             fence.leave()
-        assert held == 0, f"the spinner counted {held} times on the held core"
         assert os.sched_getaffinity(0) == set(home) and os.sched_getscheduler(0) == os.SCHED_OTHER
-        assert _advances(counter, 0.02) > 0, "the spinner did not resume once the core was left"
+        free = _advances(counter, 0.02)
+        assert free > 0, "the spinner did not resume once the core was left"
+        # Nothing, or next to nothing: kernels with the fair tasks' deadline server (6.12 on) let a
+        # starved ordinary task run a little even under a real-time holder (CI saw 1122 counts
+        # once, 2026-12-06); what a held worker runs there is CPU the audits count and judge anyway.
+        assert held <= 0.05 * free, f"the spinner counted {held} times on the held core ({free} free)"
     finally:
         spinner.kill()
         spinner.join(5)
