@@ -642,7 +642,7 @@ def _judge_left_behind(outcome: _PhaseOutcome, protocol: Protocol, *, seed: int)
     names = {"optimized": "candidate", "aa": "baseline_aa", "baseline": "baseline"}
     pairs = [(tuple(names.get(label, label) for label in order), {names[k]: r[k].per_call_s for k in ("baseline", "aa")})
              for order, r in rounds]
-    found, over = judge_next_arm(pairs, protocol, seed=seed)
+    found, over = judge_next_arm(pairs, protocol)
     if found is None:
         return
     outcome.left_behind["next_arm_slowdown"] = list(found)

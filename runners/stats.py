@@ -101,18 +101,46 @@ def mean_ci(values: Sequence[float], *, resamples: int = 2000, confidence: float
     return _bootstrap_ci(values, np.mean, resamples=resamples, confidence=confidence, seed=seed)
 
 
-def mean_difference_ci(first: Sequence[float], second: Sequence[float], *, resamples: int = 2000, confidence: float = 0.95,
-                       seed: int = 0) -> Estimate:
-    """mean(first) - mean(second), each group resampled on its own, with a percentile bootstrap CI."""
+def welch_difference_ci(first: Sequence[float], second: Sequence[float], *, confidence: float = 0.95) -> Estimate:
+    """mean(first) - mean(second) with Welch's t interval (unequal variances, Welch-Satterthwaite
+    degrees of freedom). For small groups: a percentile bootstrap of a mean of 5 values spans
+    about 1.96 of its standard errors shrunk by sqrt(4/5) where Student's t with 4 degrees
+    of freedom asks 2.78, so its 95% interval held the truth far less often than 95% (the
+    next-arm judge rejected honest candidates on groups of 4-6 rounds: 1.14-1.17x with lower
+    bounds 1.07-1.08, 2026-12-05/06). Needs two values in each group."""
     a, b = np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
-    if a.size == 0 or b.size == 0:
-        raise ValueError("a difference of means needs values in both groups")
-    rng = np.random.default_rng(seed)
-    boot = (a[rng.integers(0, a.size, size=(resamples, a.size))].mean(axis=1)
-            - b[rng.integers(0, b.size, size=(resamples, b.size))].mean(axis=1))
-    alpha = (1.0 - confidence) / 2.0
-    low, high = np.quantile(boot, [alpha, 1.0 - alpha])
-    return Estimate(float(a.mean() - b.mean()), float(low), float(high))
+    if a.size < 2 or b.size < 2:
+        raise ValueError("Welch's interval needs two values in each group")
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    point = float(a.mean() - b.mean())
+    se = math.sqrt(va + vb)
+    if se == 0.0:
+        return Estimate(point, point, point)
+    df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
+    margin = t_quantile(0.5 + confidence / 2.0, df) * se
+    return Estimate(point, point - margin, point + margin)
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile for 0.5 <= p < 1 and df > 0 (real degrees of freedom): the density
+    integrated by Simpson's rule, bisected on the cumulative figure (4 significant digits and
+    more; no statistics library is a dependency)."""
+    if not 0.5 <= p < 1.0 or df <= 0:
+        raise ValueError(f"t quantile of p={p}, df={df}: needs 0.5 <= p < 1 and df > 0")
+    scale = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+
+    def cdf(t: float) -> float:
+        x = np.linspace(0.0, t, 4097)
+        y = scale * (1.0 + x * x / df) ** (-(df + 1) / 2)
+        return 0.5 + (x[1] - x[0]) / 3 * (y[0] + y[-1] + 4 * y[1:-1:2].sum() + 2 * y[2:-1:2].sum())
+
+    low, high = 0.0, 1.0
+    while cdf(high) < p:
+        low, high = high, high * 2
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if cdf(middle) < p else (low, middle)
+    return (low + high) / 2
 
 
 def _bootstrap_ci(values: Sequence[float], statistic: Callable[..., Any], *, resamples: int, confidence: float, seed: int) -> Estimate:

@@ -711,7 +711,7 @@ def judge_timing(outcome: Outcome, slots: list[_Slot], rounds: list[dict[str, Sa
             _judge_cpu(outcome, summary, candidate, trusted, rounds, protocol, seed=seed, checked=not problems and judge_hidden)
         _judge_interference(outcome, summary, trusted, rounds, protocol, checked=judge_hidden)
         _judge_interrupts(outcome, summary, trusted, rounds, protocol, seed=seed, checked=judge_hidden)
-        _judge_next_arm(outcome, summary, rounds, protocol, seed=seed, checked=judge_hidden)
+        _judge_next_arm(outcome, summary, rounds, protocol, checked=judge_hidden)
     stepped = bool(candidate.samples) and all(s.stepped for s in candidate.samples)
     summary["calls_revealed_one_at_a_time"] = stepped
     # Each call's values copied while the parent held the worker's core (sample.CoreFence): no
@@ -778,13 +778,13 @@ def _judge_interrupts(outcome: Outcome, summary: dict[str, Any], trusted: list[_
 
 
 def _judge_next_arm(outcome: Outcome, summary: dict[str, Any], rounds: list[dict[str, Sample]], protocol: Protocol, *,
-                    seed: int, checked: bool) -> None:
+                    checked: bool) -> None:
     """The trusted arm measured right after the candidate must run as fast as the one that is not
     (runners.audit.rounds.next_arm_slowdown): whatever the candidate leaves behind for the next
     window, by a mechanism the other checks name or not, shows as that arm running slower."""
     pairs = [(r["candidate"].order, {label: r[label].per_call_s for label in ("baseline", "baseline_aa") if label in r})
              for r in rounds if "candidate" in r]
-    found, over = judge_next_arm(pairs, protocol, seed=seed)
+    found, over = judge_next_arm(pairs, protocol)
     if found is None:
         return
     summary["next_arm_slowdown"] = list(found)

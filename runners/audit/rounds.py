@@ -89,11 +89,11 @@ def bootstrap_args(protocol: Protocol) -> dict[str, Any]:
     return {"resamples": protocol.bootstrap_resamples, "confidence": protocol.confidence}
 
 
-def judge_next_arm(rounds: Sequence[tuple[Sequence[str], dict[str, float]]], protocol: Protocol, *,
-                   seed: int) -> tuple[tuple[float, float, float] | None, bool]:
+def judge_next_arm(rounds: Sequence[tuple[Sequence[str], dict[str, float]]],
+                   protocol: Protocol) -> tuple[tuple[float, float, float] | None, bool]:
     """`next_arm_slowdown` over the rounds, and whether its lower bound is past the protocol's
     tolerance (kernel and whole-model audits word the reason themselves)."""
-    found = next_arm_slowdown(rounds, seed=suite.derive_seed(seed, "next-arm") & 0xFFFFFFFF, **bootstrap_args(protocol))
+    found = next_arm_slowdown(rounds, confidence=protocol.confidence)
     return found, found is not None and found[1] > 1.0 + protocol.next_arm_tolerance
 
 
@@ -104,15 +104,17 @@ def judge_interrupts(candidate: Sequence[float], trusted: Sequence[Sequence[floa
     return est, est is not None and est.low > protocol.interrupt_excess_per_ms
 
 
-def next_arm_slowdown(rounds: Sequence[tuple[Sequence[str], dict[str, float]]], *, resamples: int, confidence: float,
-                      seed: int) -> tuple[float, float, float] | None:
+def next_arm_slowdown(rounds: Sequence[tuple[Sequence[str], dict[str, float]]], *,
+                      confidence: float) -> tuple[float, float, float] | None:
     """How much slower a trusted arm runs when it is measured right after the candidate, from the
     rounds' orders and the two trusted arms' times: the per-round log ratio baseline/A-A in rounds
     where the baseline came right after the candidate, against rounds where the A/A control did.
     Both are the same code, so what differs between the two groups is the neighbour; the
     difference is twice the slowdown of the arm that follows (per arm: its square root). Catches
     whatever a candidate leaves behind for the next window (interrupts, a cold or dirty cache,
-    anything not yet imagined). None with fewer than 3 rounds in either group."""
+    anything not yet imagined). The groups are small (a third of the rounds each), so the
+    interval is Welch's t interval, not a bootstrap (runners.stats.welch_difference_ci). None
+    with fewer than 3 rounds in either group."""
     after_baseline, after_aa = [], []
     for order, times in rounds:
         if "candidate" not in order or times.get("baseline", 0) <= 0 or times.get("baseline_aa", 0) <= 0:
@@ -126,7 +128,7 @@ def next_arm_slowdown(rounds: Sequence[tuple[Sequence[str], dict[str, float]]], 
             after_aa.append(value)
     if len(after_baseline) < 3 or len(after_aa) < 3:
         return None
-    gap = stats.mean_difference_ci(after_baseline, after_aa, resamples=resamples, confidence=confidence, seed=seed)
+    gap = stats.welch_difference_ci(after_baseline, after_aa, confidence=confidence)
     return float(np.exp(gap.point / 2)), float(np.exp(gap.low / 2)), float(np.exp(gap.high / 2))
 
 

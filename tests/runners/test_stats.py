@@ -72,3 +72,33 @@ def test_the_mean_ci_sees_an_excess_that_lands_in_only_some_rounds():
     assert mean.point == pytest.approx(77 / 30) and 1.0 < mean.low < mean.point < mean.high
     with pytest.raises(ValueError, match="no values"):
         stats.mean_ci([])
+
+
+def test_students_t_quantiles_match_the_tables():
+    for df, expected in ((1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262), (30, 2.042), (60, 2.000)):
+        assert stats.t_quantile(0.975, df) == pytest.approx(expected, abs=2e-3), df
+    assert stats.t_quantile(0.5, 7) == pytest.approx(0.0, abs=1e-9)
+    with pytest.raises(ValueError):
+        stats.t_quantile(0.3, 4)
+
+
+def test_a_difference_of_two_small_groups_is_judged_at_its_stated_confidence():
+    # Two groups of 5 from one distribution (the next-arm judge's groups on a 15-round audit): the
+    # 95% interval's lower bound must lie above 0 about 2.5% of the time. A percentile bootstrap
+    # of the same data did so 6% of the time (4,000 trials: 2.3% against 6.3%): an honest
+    # candidate rejected for nothing.
+    rng = np.random.default_rng(7)
+    trials = 2000
+    welch = boot = 0
+    for _ in range(trials):
+        a, b = rng.normal(0, 0.05, 5), rng.normal(0, 0.05, 5)
+        welch += stats.welch_difference_ci(a, b).low > 0
+        means = (a[rng.integers(0, 5, (400, 5))].mean(axis=1) - b[rng.integers(0, 5, (400, 5))].mean(axis=1))
+        boot += np.quantile(means, 0.025) > 0
+    assert welch / trials < 0.04, welch / trials
+    assert boot / trials > 2 * welch / trials, (boot, welch)
+    # A real difference of three standard deviations is still found.
+    found = stats.welch_difference_ci(rng.normal(0.15, 0.05, 6), rng.normal(0, 0.05, 6))
+    assert found.low > 0.05
+    with pytest.raises(ValueError):
+        stats.welch_difference_ci([1.0], [1.0, 2.0])
