@@ -24,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import Any
 
 from django.conf import settings
@@ -37,7 +37,7 @@ from metering import fees
 from metering.contracts import ContractTerms, terms_of
 from metering.errors import BillingError
 from metering.models import (
-    EXACT, MONEY, QUANTITY, BillingRecord, BillingRun, Contract, CreditNoteLine, Deployment, DeploymentReport, Invoice,
+    BillingRecord, BillingRun, Contract, CreditNoteLine, Deployment, DeploymentReport, Invoice,
     InvoiceLine, InvoiceStatus, LineKind, RecordKind, Reissue,
 )
 from metering.periods import Period
@@ -50,8 +50,8 @@ DEFAULT_CUTOFF_MARGIN_SECONDS = 300
 # pg_advisory_xact_lock key that serializes billing runs with the invoice changes that move a
 # month's cap (void, reissue, credit notes); any constant unique in this database.
 _RUN_LOCK = 0x6D657465  # "mete"
-_EXACT_PLACES = 24  # models.EXACT
 _UNBILLED_SHOWN = 100
+_WIDE = Context(prec=80)  # room for any column's digits (models.EXACT: 48)
 
 
 def cutoff_margin() -> timedelta:
@@ -472,35 +472,39 @@ def billing_run_create(*, period: Period, actor: Any = None, cutoff: datetime | 
     return run, True
 
 
-def _column_bound(column: Mapping[str, int]) -> Decimal:
-    """The first magnitude a decimal column (models.MONEY etc.) cannot hold."""
-    return Decimal(10) ** (column["max_digits"] - column["decimal_places"])
+def _column(model: type[Any], name: str) -> tuple[Decimal, int]:
+    """The first magnitude the decimal column `model.name` cannot hold, and its decimal places."""
+    field = model._meta.get_field(name)
+    return Decimal(10) ** (field.max_digits - field.decimal_places), field.decimal_places
+
+
+# What a line's amounts are stored in: a billing record's columns (an invoice line's are the same
+# or a subset), read from the models, so a column's change cannot leave this check behind.
+_LINE_AMOUNTS = (("fee", "a line's fee"), ("savings", "a line's savings"), ("hours", "a line's hours"),
+                 ("saved_hours", "a line's saved hours"), ("savings_exact", "a line's exact savings"),
+                 ("fee_exact", "a line's exact fee"))
 
 
 def _fits_columns(invoices: Iterable[PlannedInvoice], period: Period) -> None:
-    """Every amount of the planned invoices fits the column that stores it, or nothing is stored:
-    an amount past a column failed the whole run inside the database, for every organization
-    (a red team priced a GPU-hour at 1E+20, 2026-12-06; contract prices are bounded since)."""
+    """Every amount of the planned invoices fits the column that stores it, or nothing is stored.
+    Past a column's magnitude: the run is refused (an amount past a column failed the whole run
+    inside the database, for every organization: a red team priced a GPU-hour at 1E+20,
+    2026-12-06; contract prices are bounded since). With digits past a column's places: a bug in
+    the pricing (the database would round it silently), raised as one."""
     for invoice in invoices:
-        amounts = [("the invoice's total", invoice.total, MONEY)]
+        amounts = [("the invoice's total", invoice.total, _column(Invoice, "total"))]
         for planned in invoice.lines:
-            line = planned.line
-            amounts += [("a line's fee", line.fee, MONEY), ("a line's savings", line.savings, MONEY),
-                        ("a line's hours", line.hours, QUANTITY), ("a line's saved hours", line.saved_hours, QUANTITY),
-                        ("a line's exact savings", line.savings_exact, EXACT), ("a line's exact fee", line.fee_exact, EXACT)]
-        for what, value, column in amounts:
-            if abs(value) >= _column_bound(column):
+            amounts += [(what, getattr(planned.line, name), _column(BillingRecord, name)) for name, what in _LINE_AMOUNTS]
+        for what, value, (bound, places) in amounts:
+            if abs(value) >= bound:
                 raise BillingError("amount_out_of_range",
                                    f"{period}: {what} on organization {invoice.organization_id}'s {invoice.currency} "
-                                   f"invoice is {value}, more than an invoice holds (under {_column_bound(column):,}). "
+                                   f"invoice is {value}, more than an invoice holds (under {bound:,}). "
                                    "Correct the contract's prices or void the usage behind it, then bill again; "
                                    "nothing was stored.", status=409)
-
-
-def _fits(value: Decimal, what: str) -> Decimal:
-    if value.as_tuple().exponent < -_EXACT_PLACES:  # type: ignore[operator]
-        raise AssertionError(f"{what} {value} has more than {_EXACT_PLACES} places; the inputs must have at most 6")
-    return value
+            if value != value.quantize(Decimal(1).scaleb(-places), context=_WIDE):
+                raise AssertionError(f"{period}: {what} {value} has digits past the {places} places its column "
+                                     "keeps; the pricing must round it first")
 
 
 def _describe(planned: PlannedLine, deployments: Mapping[str, DeploymentFacts], reports: Mapping[str, ReportFacts],
@@ -538,9 +542,9 @@ def _rows(*, run: BillingRun, invoice: Invoice, planned_invoice: PlannedInvoice,
                 usage_period=planned_line.usage_period.first_day, span_start=span.start, span_end=span.end,
                 hardware=planned.deployments[group.deployment_id].hardware,
                 events=group.events, hours=line.hours, ci_low=report.ci_low, stable=report.stable,
-                speedup=line.speedup, saved_hours=_fits(line.saved_hours, "saved hours"),
+                speedup=line.speedup, saved_hours=line.saved_hours,
                 price_per_hour=line.price_per_hour, share=line.share,
-                savings_exact=_fits(line.savings_exact, "savings"), fee_exact=_fits(line.fee_exact, "fee"),
+                savings_exact=line.savings_exact, fee_exact=line.fee_exact,
                 savings=line.savings, fee=line.fee, currency=line.currency, rounding=line.rounding,
                 reason=line.reason.value if line.reason else "", reissue=reissue)
             records.append(record)
@@ -548,7 +552,7 @@ def _rows(*, run: BillingRun, invoice: Invoice, planned_invoice: PlannedInvoice,
             invoice=invoice, position=position, kind=planned_line.kind, record=record,
             usage_period=planned_line.usage_period.first_day,
             description=_describe(planned_line, planned.deployments, planned.reports, period)[:300], hours=line.hours,
-            speedup=line.speedup, saved_hours=_fits(line.saved_hours, "saved hours"),
+            speedup=line.speedup, saved_hours=line.saved_hours,
             price_per_hour=line.price_per_hour, share=line.share, savings=line.savings, fee=line.fee,
             reason=line.reason.value if line.reason else ""))
     return records, lines

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import uuid
 from functools import wraps
 from typing import Any, Callable
 
@@ -28,7 +27,7 @@ from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 
 from accounts.clients import client_address
-from api.bounded import InputRejected, json_object_bounded
+from api.bounded import InputRejected, id_bounded, json_object_bounded
 from api.errors import error_response, internal_response
 from fleet.keys import runner_key_for
 from fleet.models import Runner, RunnerKey
@@ -90,14 +89,6 @@ def _text(body: dict[str, Any], name: str, *, required: bool = True, limit: int 
     if not isinstance(value, str) or (required and not value.strip()):
         raise Refused(400, "invalid_field", f"`{name}` must be a non-empty string.")
     return value[:limit]
-
-
-def _is_uuid(text: str) -> bool:
-    try:
-        uuid.UUID(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _from_runner_network(request: HttpRequest) -> bool:
@@ -308,10 +299,14 @@ def register(request: HttpRequest, key: RunnerKey, body: dict[str, Any]) -> dict
 def heartbeat(request: HttpRequest, key: RunnerKey, body: dict[str, Any]) -> dict[str, Any]:
     hostname = _bound(key, _text(body, "hostname", limit=200))
     executing = body.get("executing")
-    if not isinstance(executing, list) or not all(isinstance(r, str) and _is_uuid(r) for r in executing):
+    if not isinstance(executing, list):
         raise Refused(400, "invalid_field", "`executing` must be a list of run ids (UUIDs).")
+    try:
+        runs = {str(id_bounded(run, what="each of `executing`")) for run in executing}
+    except InputRejected as exc:
+        raise Refused(400, exc.code, exc.message) from None
     runner_heartbeat(hostname=hostname)
-    runs_heartbeat(worker=hostname, executing=set(executing))
+    runs_heartbeat(worker=hostname, executing=runs)
     return {"ok": True}
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import kombu.exceptions
 from django.conf import settings
-from django.db import transaction
+from django.db import models, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -218,6 +218,11 @@ def _interval_or_none(value: Any) -> bool:
     return value is None or (isinstance(value, list) and len(value) == 2 and all(_finite_or_none(v) for v in value))
 
 
+def _stored(field: str, model: type[models.Model] = WorkloadResult) -> int:
+    """How many characters the column that stores `field` holds (the one place that says so)."""
+    return model._meta.get_field(field).max_length
+
+
 def _text_problem(block: dict[str, Any], where: str, limits: dict[str, int]) -> str | None:
     for name, limit in limits.items():
         value = block.get(name)
@@ -238,9 +243,10 @@ def result_problem(result: dict[str, Any]) -> str | None:
         if not isinstance(entry, dict):
             return f"{where} must be an object"
         name = entry.get("name")
-        if not (isinstance(name, str) and 0 < len(name) <= 64):
-            return f"{where}.name must be a string of 1 to 64 characters"
-        problem = _text_problem(entry, where, {"key": 200, "family": 32, "dtype": 16, "verdict": 16})
+        if not (isinstance(name, str) and 0 < len(name) <= _stored("name")):
+            return f"{where}.name must be a string of 1 to {_stored('name')} characters"
+        # `key` is not stored (it names the entry in the model's weighting): bounded all the same.
+        problem = _text_problem(entry, where, {"key": 200, **{f: _stored(f) for f in ("family", "dtype", "verdict")}})
         if problem:
             return problem
         if not _finite_or_none(entry.get("speedup")) or not _interval_or_none(entry.get("ci95")):
@@ -250,7 +256,7 @@ def result_problem(result: dict[str, Any]) -> str | None:
             if block is not None and not (isinstance(block, dict) and _finite_or_none(block.get("median_s"))):
                 return f"{where}.{side} must be an object whose `median_s` is a finite number or null"
         digest = (entry.get("candidate") or {}).get("source_sha256")
-        if digest is not None and not (isinstance(digest, str) and len(digest) <= 64):
+        if digest is not None and not (isinstance(digest, str) and len(digest) <= _stored("candidate_sha256")):
             return f"{where}.candidate.source_sha256 must be a hex digest"
         for field, kind in (("shape", dict), ("reasons", list), ("reference_points", dict)):
             if field in entry and not isinstance(entry[field], kind):
@@ -262,7 +268,7 @@ def result_problem(result: dict[str, Any]) -> str | None:
         if not all(_finite_or_none(model.get(name)) for name in ("speedup", "baseline_s", "optimized_s")) \
                 or not _interval_or_none(model.get("ci95")):
             return "model: `speedup`, `baseline_s` and `optimized_s` must be finite numbers or null, `ci95` two of them"
-        problem = _text_problem(model, "model", {"dtype": 16, "verdict": 16})
+        problem = _text_problem(model, "model", {f: _stored(f) for f in ("dtype", "verdict")})
         if problem:
             return problem
         for field, kind in (("shape", dict), ("reasons", list), ("weighting", list)):
@@ -274,8 +280,8 @@ def result_problem(result: dict[str, Any]) -> str | None:
                     and 0 < weight.get("count", 1) < 2**31 and _finite_or_none(weight.get("weight", 0.0))):
                 return f"model.weighting[{index}] must be an object with a `key`, a positive integer `count` and a number `weight`"
     verdict = result.get("verdict", "")
-    if not (isinstance(verdict, str) and len(verdict) <= 16):
-        return "`verdict` must be a string of at most 16 characters"
+    if not (isinstance(verdict, str) and len(verdict) <= _stored("verdict", Run)):
+        return f"`verdict` must be a string of at most {_stored('verdict', Run)} characters"
     return None
 
 

@@ -144,7 +144,8 @@ def test_a_billing_run_whose_amount_would_not_fit_its_column_is_refused_whole(ma
     org = make_org("acme")
     make_contract(org)
     ingest(make_deployment(org, make_report(org, ci_low="1.2"), name="prod"), [("2025-01-10 00:00", "200")])
-    monkeypatch.setattr(billing, "_column_bound", lambda column: Decimal(10))  # the fee is 20.00
+    real = billing._column
+    monkeypatch.setattr(billing, "_column", lambda model, name: (Decimal(10), real(model, name)[1]))  # the fee is 20.00
     with pytest.raises(BillingError) as refused:
         billing.billing_run_create(period=Period(2025, 1), actor="system:test")
     assert refused.value.code == "amount_out_of_range" and refused.value.status == 409
@@ -154,6 +155,23 @@ def test_a_billing_run_whose_amount_would_not_fit_its_column_is_refused_whole(ma
     monkeypatch.undo()
     run, created = billing.billing_run_create(period=Period(2025, 1), actor="system:test")
     assert created and Invoice.objects.get(run=run).total == Decimal("20.00")
+
+
+def test_saved_hours_with_the_places_their_product_has_are_billed(make_org, make_contract, make_report,
+                                                                    make_deployment, ingest, billing_settings):
+    # Hours keep 6 places and a speedup 4, so saved hours routinely carry 10: their column keeps
+    # 24. Checked against the hours' column (6 places), one event of 10.000001 h at 1.9x stopped
+    # the month's run for every organization (red team 16 against a change in progress).
+    from metering import billing
+    from metering.models import BillingRecord
+    from metering.periods import Period
+
+    org = make_org("acme")
+    make_contract(org)
+    ingest(make_deployment(org, make_report(org, ci_low="1.9"), name="prod"), [("2025-01-10 00:00", "10.000001")])
+    run, created = billing.billing_run_create(period=Period(2025, 1), actor="system:test")
+    record = BillingRecord.objects.get(run=run)
+    assert created and record.saved_hours == Decimal("10.000001") * (Decimal("1.9") - 1)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -202,7 +202,7 @@ def test_malformed_values_get_a_json_refusal_and_leave_what_is_stored(live_serve
                                    '{"hostname": "w2@host", "queues": ["cpu"], "fingerprint": {"x": NaN}}',
                                    content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {runner_token}")
     assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_json", answer.content
-    refused("workers/heartbeat", {"hostname": "w2@host", "executing": ["not-a-uuid"]}, "invalid_field")
+    refused("workers/heartbeat", {"hostname": "w2@host", "executing": ["not-a-uuid"]}, "invalid_id")
     run.refresh_from_db()
     assert run.status == Status.RUNNING  # nothing of it was written
     assert client.succeed(str(run.pk), worker="w2@host", result=good)
