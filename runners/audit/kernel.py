@@ -338,8 +338,6 @@ class KernelAudit:
                 # others were measured, and this request.
                 sample.cpu_round_ns = slot.worker.cpu_ns() - slot.cpu_mark
                 slot.cpu_mark += sample.cpu_round_ns
-                if slot.worker is self.candidate:
-                    self._challenge(sample, special, round_index)
                 # Every arm stays frozen until its next request thaws it (timed_sample hides the
                 # inputs the other arms saw before it sends): a worker left to run while the others
                 # are measured could read this round's values, which every arm shares, and compute
@@ -347,6 +345,18 @@ class KernelAudit:
                 return sample
 
             records = engine.run(sample_arm)
+            # The candidate's outputs are judged once the round is over, not between its sample
+            # and the next arm's: the parent's reads and float64 references there (a few ms on
+            # `cpu-ci` rmsnorm) left a colder cache to whichever arm followed, always a trusted
+            # one (red team 15, 2026-12-06: the arm after the candidate ran 3.7% slower, CI
+            # 2.0-5.3%, over 510 rounds of the baseline audited as a candidate, the candidate's
+            # median speedup about 1% high; gone with the challenge moved here, -0.3%). The
+            # frozen candidate still holds its outputs (until its next sample); the shared file
+            # gets the round's values back for the check of its inputs (other arms' samples
+            # hide and reveal them again).
+            if "candidate" in records:
+                self.inputs.reveal_all()
+                self._challenge(records["candidate"], special, round_index)
             for label, record in records.items():
                 record.meanwhile_s = interference.per_round[label][-1]
                 record.order = tuple(engine.measured)
@@ -850,6 +860,7 @@ def _judge_cpu(outcome: Outcome, summary: dict[str, Any], candidate: _Slot, trus
     summary["hidden_work_s"] = [est.point, est.low, est.high]
     summary["harness_cost_s"] = stats.median(harness)
     summary["hidden_work_allowed_s"] = allowed
+    summary["hidden_work_timed_s"] = timed_median
     summary["hidden_share_allowed"] = allowed / max(timed_median, 1e-12)
     # Fewer rounds than this (the optimizer's quick evaluations) record the figure without judging
     # it: one noisy round is then the whole interval. Audits that bill run 15 or 30.

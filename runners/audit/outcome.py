@@ -146,6 +146,9 @@ def entry(outcome: Outcome, *, source: str, impl: str, protocol: Protocol, seed:
             outcome.fail([Reason("timing.below_physical_floor", f"median {cand_median:.3g} s is below the device's floor {floor:.3g} s")])
             outcome.verdict = "rejected"
     accepted = outcome.verdict == "accepted"
+    discount = hidden_discount(outcome.timing)
+    if "hidden_work_s" in outcome.timing:
+        outcome.timing["hidden_work_billing_factor"] = discount
     atol, rtol = suite.tolerance(spec)
     refs: dict[str, Any] = {}
     for name, samples in outcome.references.items():
@@ -176,7 +179,8 @@ def entry(outcome: Outcome, *, source: str, impl: str, protocol: Protocol, seed:
             "stable": aa.within(protocol.aa_tolerance) if aa else None,
         },
         "billable": bool(accepted and aa and aa.within(protocol.aa_tolerance)),
-        "billable_speedup": fin(speed.low) if accepted and speed and aa and aa.within(protocol.aa_tolerance) else None,
+        "billable_speedup": (fin(speed.low * discount)
+                             if accepted and speed and aa and aa.within(protocol.aa_tolerance) else None),
         "correctness": {
             "passed": outcome.verdict != "error" and not any(r.code.startswith("correctness.") for r in outcome.reasons),
             "max_abs_err": fin(outcome.max_abs_err),
@@ -194,6 +198,23 @@ def entry(outcome: Outcome, *, source: str, impl: str, protocol: Protocol, seed:
         },
         "timing": _clean(outcome.timing),
     }
+
+
+def hidden_discount(timing: dict[str, Any]) -> float:
+    """What the billable figure is multiplied by for the hidden work the audit could not rule out:
+    the candidate's timed sample against that sample plus the hidden-work interval's upper bound
+    beyond the allowance (1.0 where the bound is inside it, or where no such figure was measured).
+
+    The hidden-work judge rejects on the interval's lower bound, so a noisy audit (a loaded box)
+    accepts whatever its wide interval cannot exclude: red team 15 (2026-12-06) saw 1 ms a sample
+    of work before "ready" accepted in 2 of 13 `cpu-ci` rmsnorm audits, and audits billable with
+    hidden-work intervals reaching 1-2.5 ms either side of zero on samples of about 6 ms. Billed as
+    if the upper bound's excess had been timed, such an audit bills what it proves; a quiet
+    audit's interval sits inside the allowance and loses nothing."""
+    hidden, allowed, timed = (timing.get(name) for name in ("hidden_work_s", "hidden_work_allowed_s", "hidden_work_timed_s"))
+    if not hidden or allowed is None or not timed or hidden[2] is None or not math.isfinite(hidden[2]):
+        return 1.0
+    return timed / (timed + max(0.0, hidden[2] - allowed))
 
 
 def _clean(value: Any) -> Any:

@@ -358,33 +358,42 @@ class KernelWorker:
     def _time_stepped(self, calls: list[tuple[torch.Tensor, ...]], results: list[Any], first: int, base: int) -> dict[str, Any]:
         """One call at a time: call i starts when the parent's counter reads base + i + 1 (its
         values are in place then, and no later call's are) and is done when the worker writes that
-        number, after the addresses of its outputs, to `self.done`."""
+        number, after the addresses of its outputs, to `self.done`.
+
+        The parent bills each call's window, announcement to done record, and a candidate may
+        replace this loop in its own process, so after the first call the loop does only what any
+        loop must: spin on the counter, call, keep the result, write its address and number, wake
+        the parent. Red team 15 (2026-12-06) measured a leaner replacement 1.035x +- 0.016 over 17
+        `cpu-ci` rmsnorm audits (about 1 us of 38 us windows) against this loop as it was, with a
+        clock pair, a method call for the spin and running totals in every call. The worker's own
+        clock is only held to fit inside the parent's windows: it times the first call alone."""
         assert self.kernel is not None
-        kernel = self.kernel
+        if first >= len(calls):
+            return {}
+        kernel, counter = self.kernel, self.counter
+        assert counter is not None
         clock = time.perf_counter_ns
-        t_first = t_last = timed = 0
-        # The parent bills each call's window, announcement to done record, so the loop's own
-        # work inside it is kept to what any loop must do (a candidate may replace this loop in
-        # its own process): the full description once, then one address per output a call.
-        spans: list[tuple[int, int, int]] | None = None
+        number = base + first + 1
+        self._await(number)
+        t0 = clock()
+        result = kernel(*calls[first])
+        t1 = clock()
+        results[first] = result
+        self._report_done(number, result)
+        spans = self._spans()
+        # One output (the common case): its word, or None where its span is empty (address 0).
+        single = spans[0][0] if len(spans) == 1 else None
+        address_too = bool(spans[0][2]) if single is not None else False
         done, number_word = self.done, DoneRecord.NUMBER
         wake, counter_address = futex.wake, self.counter_address
-        for index in range(first, len(calls)):
+        for index in range(first + 1, len(calls)):
             number = base + index + 1
-            self._await(number)
-            t0 = clock()
+            while counter.value != number:
+                pass
             result = kernel(*calls[index])
-            t1 = clock()
             results[index] = result
-            timed += t1 - t0
-            t_first = t_first or t0
-            t_last = t1
-            if spans is None:
-                self._report_done(number, result)
-                spans = self._spans()
-                continue
-            if type(result) is torch.Tensor and len(spans) == 1:  # one output: the common case, kept short
-                done[spans[0][0]] = result.data_ptr() if spans[0][2] else 0
+            if single is not None and type(result) is torch.Tensor:
+                done[single] = result.data_ptr() if address_too else 0
             else:
                 items = result if isinstance(result, (tuple, list)) else (result,)
                 for word, position, span in spans:
@@ -392,11 +401,9 @@ class KernelWorker:
                     done[word] = item.data_ptr() if span and type(item) is torch.Tensor else 0
             done[number_word] = number
             wake(counter_address)  # the parent, holding this core, takes it back at once
-        if not timed:
-            return {}
-        # No CPU clock per call (two system calls a call): the parent judges stepped samples on its
-        # own clock around each call and the kernel's accounting of the tree.
-        return {"t0": t_first, "t1": t_last, "timed_ns": timed}
+        # No CPU clock per call either (two system calls a call): the parent judges stepped
+        # samples on its own clock around each call and the kernel's accounting of the tree.
+        return {"t0": t0, "t1": clock(), "timed_ns": max(1, t1 - t0)}
 
     def _upload(self, slots: list[int]) -> None:
         """GPUs: this sample's values from the shared file to the device copies, before any timer."""
