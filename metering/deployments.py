@@ -46,6 +46,64 @@ def report_untrusted(report: Report) -> list[str]:
     return sorted({r.get("code") for r in reasons or [] if isinstance(r, dict) and r.get("code") in UNTRUSTED})
 
 
+def figure_stands(report: Report) -> bool:
+    """Whether a report's figure can stand for the artifact it measured at all: a stable A/A
+    control, a trusted measurement and a model-level interval (the contract's own checks aside)."""
+    return bool(report.stable) and report.model_ci_low is not None and not report_untrusted(report)
+
+
+def replaced_by(report: Report) -> Report | None:
+    """The re-audit report that replaces `report` for billing: the first one down its re-audit
+    chain (each report is superseded once) whose figure stands. A re-audit that proved nothing
+    (its A/A unstable, its runner untrusted) replaces nothing: the figure in force keeps billing,
+    a dispute may ask again, and the next re-audit supersedes the chain's head."""
+    current, seen = report, {report.pk}
+    while (current := Report.objects.filter(supersedes=current).first()) is not None and current.pk not in seen:
+        if figure_stands(current):
+            return current
+        seen.add(current.pk)
+    return None
+
+
+def standing_ancestors(report: Report) -> list[Report]:
+    """The reports `report` (a re-audit's) replaces for billing: up its chain from the report it
+    supersedes, through re-audits whose figure did not stand, to the first whose figure does
+    (included)."""
+    found: list[Report] = []
+    current = report
+    while current.supersedes_id is not None and len(found) < 1000:
+        current = Report.objects.get(pk=current.supersedes_id)
+        found.append(current)
+        if figure_stands(current):
+            break
+    return found
+
+
+def report_in_force(report: Report) -> Report:
+    """The report that bills the artifact `report` measured, on its hardware class: the first
+    report of the organization for that model version, artifact and hardware whose figure stands,
+    followed through the re-audits that replaced it. Several runs of one artifact (a cached or
+    deterministic optimization) give several figures; a customer who could deploy under any of
+    them would pick the lowest, and bill nothing under one whose interval reaches below 1 (red
+    team 16, 2026-12-06: three stable reports of one artifact at lower bounds 1.9, 1.06 and 0.97
+    were each accepted for a deployment). Only a re-audit, which disputes and the re-audit
+    limits govern, moves the figure. A report without an artifact stands for itself."""
+    artifact = report.run.artifact_sha256 if report.run_id is not None else ""
+    if not artifact:
+        return report
+    peers = (Report.objects.filter(organization_id=report.organization_id, hardware=report.hardware,
+                                   run__model_version_id=report.run.model_version_id, run__artifact_sha256=artifact)
+             .order_by("created_at", "pk"))
+    current = next((peer for peer in peers if figure_stands(peer)), None)
+    if current is None:
+        return report
+    seen = {current.pk}
+    while (successor := replaced_by(current)) is not None and successor.pk not in seen:
+        seen.add(successor.pk)
+        current = successor
+    return current
+
+
 def _check_billable_report(*, report: Report, contract: Contract, hardware: str, artifact_sha256: str | None = None) -> None:
     """A report bills under a contract only if it measured the deployed artifact, was stable, was
     measured where the measurement can be trusted, and as the contract's plan says. Which report
@@ -69,9 +127,10 @@ def _check_billable_report(*, report: Report, contract: Contract, hardware: str,
     if report.model_ci_low is None:
         raise BillingError("report_not_billable", f"report {report.pk} holds no model-level confidence interval; "
                                                   "deploy with a report of a run that measured the whole model.")
-    if Report.objects.filter(supersedes=report).exists():
-        raise BillingError("report_superseded", f"report {report.pk} was replaced by a re-audit; use the newest "
-                                                "report of the chain.", status=409)
+    successor = replaced_by(report)
+    if successor is not None:
+        raise BillingError("report_superseded", f"report {report.pk} was replaced by re-audit report {successor.pk}; "
+                                                "use the newest report of the chain.", status=409)
     if hardware not in contract.prices:
         raise BillingError("hardware_not_priced", f"contract version {contract.version} has no price for "
                                                   f"{hardware}; ask finance to add it in a new version.")
@@ -132,6 +191,15 @@ def deployment_create(*, actor: Actor, organization: Organization, report: Repor
                                    status=409)
             contract = _contract_at(organization.pk, moment)
             _check_billable_report(report=report, contract=contract, hardware=report.hardware)
+            in_force = report_in_force(report)
+            if in_force.pk != report.pk:
+                raise BillingError(
+                    "report_not_in_force",
+                    f"report {report.pk} is not the report that bills artifact {run.artifact_sha256[:12]} on "
+                    f"{report.hardware}: report {in_force.pk} of {in_force.created_at:%Y-%m-%d} is (the first stable, "
+                    "trusted measurement of that artifact, followed through its re-audits; neither party picks among "
+                    f"several runs of one artifact). Deploy under report {in_force.pk}, or dispute it to have it "
+                    "measured again.", status=409)
             deployment = Deployment.objects.create(
                 organization=organization, name=name, model_version_id=run.model_version_id,
                 hardware=report.hardware, artifact_sha256=run.artifact_sha256 or "", active_from=moment,
@@ -206,11 +274,14 @@ def deployments_follow_reaudit(*, report: Report, actor: Any = "system:reaudit")
     re-priced); one that raises it applies from its own date only."""
     if report.supersedes_id is None:
         return []
-    relief_from = _dispute_relief_from(report)
+    # A deployment bills under the last report of the chain whose figure stood: a re-audit that
+    # proved nothing in between moved nothing (red team 16, 2026-12-06).
+    replaced = {r.pk for r in standing_ancestors(report)}
+    relief_from = _dispute_relief_from(report, replaced)
     switched = []
-    for deployment in Deployment.objects.filter(report_history__report_id=report.supersedes_id).distinct():
+    for deployment in Deployment.objects.filter(report_history__report_id__in=replaced).distinct():
         current = deployment.report_history.order_by("-effective_from").first()
-        if current is None or current.report_id != report.supersedes_id:
+        if current is None or current.report_id not in replaced:
             continue
         since, why = None, "re-audit report supersedes the report in force"
         if relief_from is not None and relief_from > current.effective_from:
@@ -225,13 +296,16 @@ def deployments_follow_reaudit(*, report: Report, actor: Any = "system:reaudit")
     return switched
 
 
-def _dispute_relief_from(report: Report) -> datetime | None:
-    """When the re-audit `report` answers a dispute of the report it supersedes with a lower CI
-    bound: the first such dispute's date. Otherwise None (the new figure applies from its own date)."""
-    old = Report.objects.only("model_ci_low").get(pk=report.supersedes_id)
+def _dispute_relief_from(report: Report, replaced: set[Any]) -> datetime | None:
+    """When the re-audit `report` answers a dispute of a report it replaces (`replaced`: the one
+    in force and the re-audits between that proved nothing) with a lower CI bound than the one
+    in force: the first such dispute's date. Otherwise None (the new figure applies from its own
+    date)."""
+    standing = [r for r in Report.objects.filter(pk__in=replaced) if figure_stands(r)]
+    old = standing[0] if standing else Report.objects.get(pk=report.supersedes_id)
     if report.model_ci_low is None or old.model_ci_low is None or report.model_ci_low >= old.model_ci_low:
         return None
-    return (Dispute.objects.filter(report_id=report.supersedes_id, reaudit__result_report=report)
+    return (Dispute.objects.filter(report_id__in=replaced, reaudit__result_report=report)
             .order_by("created_at").values_list("created_at", flat=True).first())
 
 

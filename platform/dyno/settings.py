@@ -307,6 +307,10 @@ DYNO_REPORT_DISPUTE_DAYS = env_int("DYNO_REPORT_DISPUTE_DAYS", 30, minimum=0)
 # Re-measurements an organization's auditors and disputes may start per dispute window (the
 # operator's are not counted): a re-roll until a low figure appears is the attack this bounds.
 DYNO_REAUDITS_PER_WINDOW = env_int("DYNO_REAUDITS_PER_WINDOW", 2, minimum=0)
+# Whether the platform accepts a runner's word that its operator allows billable figures from a
+# sandbox lacking a protection (the runner's DYNO_SANDBOX_ALLOW_INCOMPLETE). Off: the platform
+# clears that allowance in every stored result, so such figures do not bill whatever a runner says.
+DYNO_SANDBOX_ALLOW_INCOMPLETE = env_bool("DYNO_SANDBOX_ALLOW_INCOMPLETE", False)
 # A runner calibrates itself when it starts (A/A audits, runners.calibrate): `auto` (cpu-ci on CPU,
 # gpu on GPU), a profile name, or `off`. Reports measured on a runner whose calibration failed do
 # not bill. DYNO_RUNNER_CALIBRATION_WORKLOADS limits it to a comma-separated subset.

@@ -228,10 +228,28 @@ def succeed(request: HttpRequest, key: RunnerKey, body: dict[str, Any], run_id: 
     if problem is not None:
         raise Refused(400, "invalid_result", f"the result document does not fit: {problem}. The run stays running; "
                                              "send a corrected document.")
-    summary = runner_calibration_summary(hostname=worker)
-    if isinstance(result, dict) and summary is not None:
-        result.setdefault("environment", {})["runner_calibration"] = summary
+    if isinstance(result, dict):
+        _platform_says(result, worker)
     return {"stored": run_succeed(run_id=run.pk, worker=worker, **outcome)}
+
+
+def _platform_says(result: dict[str, Any], worker: str) -> None:
+    """What decides whether a result may bill is the platform's, not the runner's document: the
+    calibration is the one this platform stored for the worker (none: no block, whatever the
+    runner wrote), and an incomplete sandbox bills only if this platform allows runners to say so
+    (DYNO_SANDBOX_ALLOW_INCOMPLETE). Red team 16 (2026-12-06) stored a result whose sandbox block
+    said `complete: false, operator_allowed_incomplete: true` and got a billable report, and a
+    `runner_calibration` it wrote itself was kept for a worker with none stored."""
+    environment = result.setdefault("environment", {})
+    summary = runner_calibration_summary(hostname=worker)
+    if summary is not None:
+        environment["runner_calibration"] = summary
+    else:
+        environment.pop("runner_calibration", None)
+    sandbox = result.get("sandbox")
+    if isinstance(sandbox, dict) and sandbox.get("operator_allowed_incomplete") and not settings.DYNO_SANDBOX_ALLOW_INCOMPLETE:
+        sandbox["operator_allowed_incomplete"] = False
+        sandbox["platform_refused_allowance"] = True
 
 
 @endpoint("POST")

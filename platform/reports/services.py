@@ -20,7 +20,7 @@ from accounts.models import Organization, Role, Scope
 from accounts.selectors import Actor
 from auditlog.services import audit_record
 from dyno.dispatch import reaudit_enqueue, report_enqueue
-from metering.deployments import deployments_follow_reaudit
+from metering.deployments import deployments_follow_reaudit, figure_stands
 from metering.selectors import contract_in_force
 from reports.document import (
     ModelFacts,
@@ -391,7 +391,11 @@ def _joining_limits(*, actor: Actor, report: Report) -> None:
 
 
 def _chain_disputed_and_measured(report: Report) -> Dispute | None:
-    """A dispute anywhere in `report`'s re-audit chain whose re-audit measured (completed)."""
+    """A dispute anywhere in `report`'s re-audit chain whose re-audit measured: completed with a
+    report whose figure stands (metering.deployments.figure_stands). A re-audit whose A/A control
+    was unstable proved nothing and replaced nothing; counted as the chain's one re-measurement,
+    it spent the customer's dispute and left the contested figure billing for good (red team 16,
+    2026-12-06, on a box where many A/A controls are unstable)."""
     chain, older = {report.pk}, report
     while older.supersedes_id is not None:
         older = Report.objects.only("pk", "supersedes_id").get(pk=older.supersedes_id)
@@ -399,9 +403,10 @@ def _chain_disputed_and_measured(report: Report) -> Dispute | None:
     newer = report
     while (newer := Report.objects.only("pk").filter(supersedes=newer).first()) is not None:
         chain.add(newer.pk)
-    return (Dispute.objects.select_related("reaudit").filter(report_id__in=chain,
-                                                             reaudit__status=ReauditStatus.COMPLETED)
-            .order_by("created_at").first())
+    measured = (Dispute.objects.select_related("reaudit__result_report")
+                .filter(report_id__in=chain, reaudit__status=ReauditStatus.COMPLETED).order_by("created_at"))
+    return next((d for d in measured if d.reaudit.result_report is not None and figure_stands(d.reaudit.result_report)),
+                None)
 
 
 def _reason(reason: str, what: str) -> str:

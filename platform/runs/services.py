@@ -218,6 +218,20 @@ def _interval_or_none(value: Any) -> bool:
     return value is None or (isinstance(value, list) and len(value) == 2 and all(_finite_or_none(v) for v in value))
 
 
+def _speedup_bound() -> float:
+    """The first speedup a report's figure columns cannot hold (reports.models.Report.model_*):
+    a result past it was stored, and then no report could ever be made of its run (red team 16,
+    2026-12-06: a CI of [1e7, 2e7] from a runner, the report sweep retrying it for good)."""
+    from reports.models import Report  # the reports app builds on runs: read at call time
+
+    field = Report._meta.get_field("model_ci_low")
+    return float(10 ** (field.max_digits - field.decimal_places))
+
+
+def _figure_fits(value: Any) -> bool:
+    return value is None or 0 <= value < _speedup_bound()
+
+
 def _stored(field: str, model: type[models.Model] = WorkloadResult) -> int:
     """How many characters the column that stores `field` holds (the one place that says so)."""
     return model._meta.get_field(field).max_length
@@ -251,6 +265,8 @@ def result_problem(result: dict[str, Any]) -> str | None:
             return problem
         if not _finite_or_none(entry.get("speedup")) or not _interval_or_none(entry.get("ci95")):
             return f"{where}: `speedup` must be a finite number or null and `ci95` two of them or null"
+        if not all(_figure_fits(v) for v in (entry.get("speedup"), *(entry.get("ci95") or ()))):
+            return f"{where}: `speedup` and `ci95` must lie between 0 and {_speedup_bound():.0f}"
         for side in ("baseline", "candidate"):
             block = entry.get(side)
             if block is not None and not (isinstance(block, dict) and _finite_or_none(block.get("median_s"))):
@@ -268,6 +284,8 @@ def result_problem(result: dict[str, Any]) -> str | None:
         if not all(_finite_or_none(model.get(name)) for name in ("speedup", "baseline_s", "optimized_s")) \
                 or not _interval_or_none(model.get("ci95")):
             return "model: `speedup`, `baseline_s` and `optimized_s` must be finite numbers or null, `ci95` two of them"
+        if not all(_figure_fits(v) for v in (model.get("speedup"), *(model.get("ci95") or ()))):
+            return f"model: `speedup` and `ci95` must lie between 0 and {_speedup_bound():.0f}"
         problem = _text_problem(model, "model", {f: _stored(f) for f in ("dtype", "verdict")})
         if problem:
             return problem
@@ -279,6 +297,9 @@ def result_problem(result: dict[str, Any]) -> str | None:
                     and isinstance(weight.get("count", 1), int) and not isinstance(weight.get("count", 1), bool)
                     and 0 < weight.get("count", 1) < 2**31 and _finite_or_none(weight.get("weight", 0.0))):
                 return f"model.weighting[{index}] must be an object with a `key`, a positive integer `count` and a number `weight`"
+    for name in ("environment", "sandbox", "suite"):
+        if result.get(name) is not None and not isinstance(result[name], dict):
+            return f"`{name}` must be an object"
     verdict = result.get("verdict", "")
     if not (isinstance(verdict, str) and len(verdict) <= _stored("verdict", Run)):
         return f"`verdict` must be a string of at most {_stored('verdict', Run)} characters"

@@ -76,6 +76,11 @@ def test_a_reaudit_that_cannot_bill_leaves_the_figure_in_force_and_says_why(make
     assert list(deployment.report_history.values_list("report_id", flat=True)) == [original.pk]
     event = AuditEvent.objects.get(action="deployment.reaudit_not_applied")
     assert event.data["code"] == "report_unstable" and event.target == f"deployment:{deployment.pk}"
+    # The next re-audit supersedes the chain's head (the one that proved nothing) and still moves
+    # the deployment off the figure in force (red team 16: it moved nothing, the chain was stuck).
+    remeasured = make_report(org, ci_low="1.1", supersedes=unstable)
+    (switch,) = deployments_follow_reaudit(report=remeasured)
+    assert switch.deployment_id == deployment.pk and switch.report_id == remeasured.pk
 
 
 def test_it_refuses_to_deploy_an_unstable_report(make_org, make_contract, make_report, make_deployment, billing_settings):
@@ -231,3 +236,40 @@ def test_a_report_switch_waits_for_a_billing_run_in_flight_and_lands_after_its_m
     switcher.join(20)
     assert not runner.is_alive() and not switcher.is_alive()
     assert switched and switched[0].effective_from == at("2025-02-01 00:00")
+
+
+def test_an_artifact_deploys_under_its_first_stable_report_whichever_the_customer_names(
+        make_org, make_contract, make_report, make_deployment, billing_settings):
+    # Red team 16 (2026-12-06): three stable reports of one artifact at lower bounds 1.9, 1.06 and
+    # 0.97 were each accepted for a deployment, so the customer billed under the lowest.
+    from metering.errors import BillingError
+
+    org = make_org("acme")
+    make_contract(org)
+    unstable = make_report(org, ci_low="0.80", stable=False)
+    artifact, version = unstable.run.artifact_sha256, unstable.run.model_version
+    first = make_report(org, ci_low="1.9", artifact_sha256=artifact, version=version)
+    lower = make_report(org, ci_low="1.06", artifact_sha256=artifact, version=version)
+    nothing = make_report(org, ci_low="0.97", artifact_sha256=artifact, version=version)
+    for named in (lower, nothing):
+        with pytest.raises(BillingError) as refused:
+            make_deployment(org, named, name="prod")
+        assert refused.value.code == "report_not_in_force" and refused.value.status == 409
+        assert str(first.pk) in refused.value.message
+    assert make_deployment(org, first, name="prod").report_history.get().report_id == first.pk
+    # Another artifact, another hardware class, another organization: each its own first report.
+    assert make_deployment(org, make_report(org, ci_low="1.06", version=version), name="other-artifact")
+    assert make_deployment(org, make_report(org, ci_low="1.06", artifact_sha256=artifact, version=version,
+                                            hardware="gpu-h200"), name="on-h200")
+    # A re-audit that stands replaces the first; one that proved nothing does not.
+    proved_nothing = make_report(org, ci_low="0.5", stable=False, supersedes=first)
+    with pytest.raises(BillingError) as refused:
+        make_deployment(org, lower, name="again")
+    assert str(first.pk) in refused.value.message
+    assert make_deployment(org, first, name="still-first")
+    remeasured = make_report(org, ci_low="1.4", supersedes=proved_nothing)
+    with pytest.raises(BillingError) as refused:
+        make_deployment(org, first, name="superseded")
+    assert refused.value.code == "report_superseded" and str(remeasured.pk) in refused.value.message
+    assert make_deployment(org, remeasured, name="remeasured")
+

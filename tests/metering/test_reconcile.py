@@ -166,10 +166,10 @@ def test_it_takes_S_from_the_signed_body_not_the_reports_column(make_org, make_r
     make_contract(org)
     signed = make_report(org, ci_low="1.25")
     body = json.loads(signed.body_bytes)
-    body["run"]["id"] = "another run"  # a second report of the same (artifact) run, its own bytes
+    body["run"]["id"] = "another run"  # a report of another run (another artifact: one report bills an artifact)
     raw = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     run = Run.objects.create(organization=org, model_version=signed.run.model_version, hardware="gpu-h100",
-                             status="succeeded", artifact_sha256=signed.run.artifact_sha256)
+                             status="succeeded", artifact_sha256="d" * 64)
     doctored = Report.objects.create(organization=org, kind="run", run=run, hardware="gpu-h100", body=raw,
                                      body_sha256=hashlib.sha256(raw).hexdigest(), key_id="test-key-1",
                                      signature=signed.signature, model_speedup=D("1.6"), model_ci_low=D("1.5"),

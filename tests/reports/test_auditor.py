@@ -243,6 +243,27 @@ def test_a_dispute_re_measures_a_report_once(client, people, make_report, make_r
     assert reaudit_request(actor=_actor("staff@dyno.test"), report=new, reason="operator review").by_operator
 
 
+def test_a_reaudit_that_proved_nothing_does_not_spend_the_dispute(people, make_report, make_run):
+    # Red team 16 (2026-12-06): a re-audit whose A/A control was unstable resolved the dispute and
+    # counted as its one re-measurement, so the contested figure billed on with no dispute left.
+    acme = people["acme"]
+    report = make_report(acme)
+    first = report_dispute(actor=_actor("owner@acme.test"), report=report, reason="figure too high")
+    rerun = make_run(acme, result=synthetic_result(seed=32, stable=False))
+    assert reaudit_claim(request_id=first.reaudit_id, run=rerun)
+    unstable = report_create_for_run(run=rerun)
+    assert not unstable.stable and unstable.supersedes_id == report.pk
+    second = report_dispute(actor=_actor("owner@acme.test"), report=report, reason="still too high")
+    assert second.reaudit_id != first.reaudit_id
+    remeasured = _complete(second.reaudit, make_run, acme, seed=33)
+    assert remeasured.stable and remeasured.supersedes_id == unstable.pk
+    # That re-audit measured: the chain's one dispute is spent now.
+    for target in (report, remeasured):
+        with pytest.raises(ReportRefused) as refused:
+            report_dispute(actor=_actor("owner@acme.test"), report=target, reason="again")
+        assert refused.value.code == "limit_reached"
+
+
 def make_key_for(org, scope: str) -> str:
     from accounts.services import api_key_create
 

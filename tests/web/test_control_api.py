@@ -157,6 +157,30 @@ def test_an_outcome_is_stored_once_with_the_runners_calibration(live_server, que
     assert refused.value.status == 400 and "`result` must be a JSON object" in refused.value.message
 
 
+def test_what_decides_billing_is_the_platforms_not_the_runners_document(live_server, queued, runner_token, settings):
+    # Red team 16 (2026-12-06): a runner's result that said its incomplete sandbox was allowed
+    # billed, and a calibration the runner wrote itself was kept for a worker with none stored.
+    run = queued()
+    client = ControlClient(live_server.url, runner_token, attempts=0)
+    _registered(client, "w1@host")
+    client.claim(str(run.pk), worker="w1@host")
+    result = {"schema": "dyno.suite-result/1", "verdict": "accepted", "workloads": [],
+              "sandbox": {"complete": False, "missing": ["seccomp"], "operator_allowed_incomplete": True},
+              "environment": {"device": "cpu", "runner_calibration": {"billable": True, "message": "forged"}}}
+    assert client.succeed(str(run.pk), worker="w1@host", result=result)
+    run.refresh_from_db()
+    assert run.result["sandbox"]["operator_allowed_incomplete"] is False
+    assert run.result["sandbox"]["platform_refused_allowance"] is True
+    assert "runner_calibration" not in run.result["environment"] and run.result["environment"]["device"] == "cpu"
+    # Where the platform's operator allows it, the runner's word on its sandbox stands.
+    settings.DYNO_SANDBOX_ALLOW_INCOMPLETE = True
+    second = queued()
+    client.claim(str(second.pk), worker="w1@host")
+    assert client.succeed(str(second.pk), worker="w1@host", result=result)
+    second.refresh_from_db()
+    assert second.result["sandbox"]["operator_allowed_incomplete"] is True
+
+
 def test_a_malformed_request_gets_a_json_refusal_not_a_server_error(client, runner_token):
     headers = {"HTTP_AUTHORIZATION": f"Bearer {runner_token}"}
     for body, extra, code in (("{not json", {}, "invalid_json"), ("[1, 2]", {}, "invalid_json"),
@@ -192,7 +216,11 @@ def test_malformed_values_get_a_json_refusal_and_leave_what_is_stored(live_serve
     for result, where in (({**good, "model": {"ci95": [1.2]}}, "ci95"), ({**good, "workloads": [7]}, "workloads[0]"),
                           ({**good, "workloads": [{"name": "x" * 65}]}, "name"),
                           ({**good, "workloads": [{"name": "rmsnorm", "speedup": "fast"}]}, "speedup"),
-                          ({**good, "model": {"weighting": [{"key": "a", "count": "2"}]}}, "weighting")):
+                          ({**good, "model": {"weighting": [{"key": "a", "count": "2"}]}}, "weighting"),
+                          # Red team 16: a non-object environment was a 500; a CI past what a
+                          # report holds was stored, and no report could ever be made of the run.
+                          ({**good, "environment": ["a"]}, "environment"),
+                          ({**good, "model": {"speedup": 1.5e7, "ci95": [1e7, 2e7]}}, "between 0 and 1000000")):
         assert where in refused(f"runs/{run.pk}/succeed", {"worker": "w2@host", "result": result}, "invalid_result")
     # A NUL in any string, a NaN, a run id that is not one: refused at the door.
     assert "NUL" in refused(f"runs/{run.pk}/log", {"worker": "w2@host", "message": "a\x00b"}, "invalid_text")
