@@ -51,9 +51,14 @@ def main() -> None:
                        # honest candidate needs outside its windows against what is allowed.
                        "hidden_work_s": (entry.get("timing") or {}).get("hidden_work_s"),
                        "hidden_work_allowed_s": (entry.get("timing") or {}).get("hidden_work_allowed_s"),
-                       "hidden_share_allowed": (entry.get("timing") or {}).get("hidden_share_allowed")}
+                       "hidden_share_allowed": (entry.get("timing") or {}).get("hidden_share_allowed"),
+                       # What bills: the CI's lower bound times the hidden-work discount (1.0 where
+                       # the hidden-work interval's upper bound is inside the allowance).
+                       "billable": entry.get("billable"), "billable_speedup": entry.get("billable_speedup"),
+                       "hidden_work_billing_factor": (entry.get("timing") or {}).get("hidden_work_billing_factor")}
                 rows.append(row)
-                print(f"{filename:30s} {row['verdict']:9s} {row['speedup']} {row['ci95']} {row['reasons']}", flush=True)
+                print(f"{filename:30s} {row['verdict']:9s} {row['speedup']} {row['ci95']} {row['reasons']} "
+                      f"bills {row['billable_speedup']} (hidden-work factor {row['hidden_work_billing_factor']})", flush=True)
     result = {
         "benchmark": "honest-speedups", "profile": "cpu-ci",
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),

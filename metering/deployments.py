@@ -81,18 +81,20 @@ def standing_ancestors(report: Report) -> list[Report]:
 
 def report_in_force(report: Report) -> Report:
     """The report that bills the artifact `report` measured, on its hardware class: the first
-    report of the organization for that model version, artifact and hardware whose figure stands,
-    followed through the re-audits that replaced it. Several runs of one artifact (a cached or
+    report of the organization for that artifact and hardware whose figure stands, followed
+    through the re-audits that replaced it. Several runs of one artifact (a cached or
     deterministic optimization) give several figures; a customer who could deploy under any of
     them would pick the lowest, and bill nothing under one whose interval reaches below 1 (red
     team 16, 2026-12-06: three stable reports of one artifact at lower bounds 1.9, 1.06 and 0.97
-    were each accepted for a deployment). Only a re-audit, which disputes and the re-audit
-    limits govern, moves the figure. A report without an artifact stands for itself."""
+    were each accepted for a deployment). Any model version counts: the same model uploaded
+    again as a new version runs the same artifact (the optimizer's cache), and per version the
+    shopping would start over. Only a re-audit, which disputes and the re-audit limits govern,
+    moves the figure. A report without an artifact stands for itself."""
     artifact = report.run.artifact_sha256 if report.run_id is not None else ""
     if not artifact:
         return report
     peers = (Report.objects.filter(organization_id=report.organization_id, hardware=report.hardware,
-                                   run__model_version_id=report.run.model_version_id, run__artifact_sha256=artifact)
+                                   run__artifact_sha256=artifact)
              .order_by("created_at", "pk"))
     current = next((peer for peer in peers if figure_stands(peer)), None)
     if current is None:

@@ -304,6 +304,7 @@ class KernelAudit:
         interference = Interference([slot.label for slot in slots])
         engine: Round[_Slot, Sample] = Round(slots, order=order, interference=interference,
                                              settle=lambda: measure.settle(everyone, max_wait_s=protocol.settle_max_s))
+        challenge_after_round = self.freeze and not self.device.startswith("cuda")
         for round_index, (round_generation, warmup) in enumerate(schedule):
             if self.deadline is not None and round_index > protocol.warmup_rounds and time.monotonic() > self.deadline:
                 break
@@ -338,6 +339,8 @@ class KernelAudit:
                 # others were measured, and this request.
                 sample.cpu_round_ns = slot.worker.cpu_ns() - slot.cpu_mark
                 slot.cpu_mark += sample.cpu_round_ns
+                if slot.worker is self.candidate and not challenge_after_round:
+                    self._challenge(sample, special, round_index)
                 # Every arm stays frozen until its next request thaws it (timed_sample hides the
                 # inputs the other arms saw before it sends): a worker left to run while the others
                 # are measured could read this round's values, which every arm shares, and compute
@@ -353,8 +356,10 @@ class KernelAudit:
             # median speedup about 1% high; gone with the challenge moved here, -0.3%). The
             # frozen candidate still holds its outputs (until its next sample); the shared file
             # gets the round's values back for the check of its inputs (other arms' samples
-            # hide and reveal them again).
-            if "candidate" in records:
+            # hide and reveal them again). Only where the candidate is frozen on the CPU: a
+            # worker left running, or a GPU still running what the worker queued, could finish
+            # outputs it reported done while the other arms are measured.
+            if challenge_after_round and "candidate" in records:
                 self.inputs.reveal_all()
                 self._challenge(records["candidate"], special, round_index)
             for label, record in records.items():

@@ -257,7 +257,11 @@ def test_an_artifact_deploys_under_its_first_stable_report_whichever_the_custome
         assert refused.value.code == "report_not_in_force" and refused.value.status == 409
         assert str(first.pk) in refused.value.message
     assert make_deployment(org, first, name="prod").report_history.get().report_id == first.pk
-    # Another artifact, another hardware class, another organization: each its own first report.
+    # The same artifact run again as another model version (an upload of the same model): the same
+    # first report. Another artifact, another hardware class: each its own first report.
+    with pytest.raises(BillingError) as refused:
+        make_deployment(org, make_report(org, ci_low="1.01", artifact_sha256=artifact), name="new-version")
+    assert refused.value.code == "report_not_in_force" and str(first.pk) in refused.value.message
     assert make_deployment(org, make_report(org, ci_low="1.06", version=version), name="other-artifact")
     assert make_deployment(org, make_report(org, ci_low="1.06", artifact_sha256=artifact, version=version,
                                             hardware="gpu-h200"), name="on-h200")
