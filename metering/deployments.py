@@ -3,6 +3,7 @@ signed report it bills under from when (a re-audit's report applies from its dat
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import datetime
 from typing import Any
@@ -65,18 +66,38 @@ def replaced_by(report: Report) -> Report | None:
     return None
 
 
-def standing_ancestors(report: Report) -> list[Report]:
-    """The reports `report` (a re-audit's) replaces for billing: up its chain from the report it
-    supersedes, through re-audits whose figure did not stand, to the first whose figure does
-    (included)."""
+def ancestors(report: Report) -> list[Report]:
+    """Every report up `report`'s re-audit chain, newest first. A deployment may still bill under
+    any of them: a re-audit that proved nothing, or that stood but could not bill under the
+    contract (another suite after a runner upgrade), moved nothing, and a deployment left on an
+    older report must follow the next re-audit that can bill (red team 18, 2026-12-06: a
+    deployment stranded on its first report for good)."""
     found: list[Report] = []
     current = report
     while current.supersedes_id is not None and len(found) < 1000:
         current = Report.objects.get(pk=current.supersedes_id)
         found.append(current)
-        if figure_stands(current):
-            break
     return found
+
+
+# What in an artifact document says how it was decided, not what runs: timings, verification
+# records, notes and the shape it was tuned at (a module's shape and reason likewise).
+_NOT_CODE = ("workload", "verification", "estimates", "notes")
+
+
+def artifact_identity(run: Any) -> str:
+    """A hash of what an artifact runs: its document less what says how it was decided. The
+    document's own hash covers its timing estimates (a cold search's, or the tuning cache's date
+    on a warm hit), so one optimization of one model got a new hash on every cold run, host and
+    cache state (red team 18, 2026-12-06), and the report in force could be shopped for again.
+    A run without an artifact document: its artifact hash (empty without one)."""
+    artifact = getattr(run, "artifact", None)
+    if not isinstance(artifact, dict):
+        return getattr(run, "artifact_sha256", "") or ""
+    kept = {key: value for key, value in artifact.items() if key not in _NOT_CODE}
+    kept["modules"] = [{key: value for key, value in module.items() if key not in ("shape", "reason")}
+                       for module in artifact.get("modules") or [] if isinstance(module, dict)]
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
 
 
 def report_in_force(report: Report) -> Report:
@@ -90,13 +111,13 @@ def report_in_force(report: Report) -> Report:
     again as a new version runs the same artifact (the optimizer's cache), and per version the
     shopping would start over. Only a re-audit, which disputes and the re-audit limits govern,
     moves the figure. A report without an artifact stands for itself."""
-    artifact = report.run.artifact_sha256 if report.run_id is not None else ""
-    if not artifact:
+    identity = artifact_identity(report.run) if report.run_id is not None else ""
+    if not identity:
         return report
-    peers = (Report.objects.filter(organization_id=report.organization_id, hardware=report.hardware,
-                                   run__artifact_sha256=artifact)
-             .order_by("created_at", "pk"))
-    current = next((peer for peer in peers if figure_stands(peer)), None)
+    peers = (Report.objects.filter(organization_id=report.organization_id, hardware=report.hardware)
+             .select_related("run").order_by("created_at", "pk"))
+    current = next((peer for peer in peers if peer.run_id is not None and artifact_identity(peer.run) == identity
+                    and figure_stands(peer)), None)
     if current is None:
         return report
     seen = {current.pk}
@@ -278,8 +299,9 @@ def deployments_follow_reaudit(*, report: Report, actor: Any = "system:reaudit")
         return []
     # A deployment bills under the last report of the chain whose figure stood: a re-audit that
     # proved nothing in between moved nothing (red team 16, 2026-12-06).
-    replaced = {r.pk for r in standing_ancestors(report)}
-    relief_from = _dispute_relief_from(report, replaced)
+    chain = ancestors(report)
+    replaced = {r.pk for r in chain}
+    relief_from = _dispute_relief_from(report, chain)
     switched = []
     for deployment in Deployment.objects.filter(report_history__report_id__in=replaced).distinct():
         current = deployment.report_history.order_by("-effective_from").first()
@@ -298,17 +320,23 @@ def deployments_follow_reaudit(*, report: Report, actor: Any = "system:reaudit")
     return switched
 
 
-def _dispute_relief_from(report: Report, replaced: set[Any]) -> datetime | None:
-    """When the re-audit `report` answers a dispute of a report it replaces (`replaced`: the one
-    in force and the re-audits between that proved nothing) with a lower CI bound than the one
-    in force: the first such dispute's date. Otherwise None (the new figure applies from its own
-    date)."""
-    standing = [r for r in Report.objects.filter(pk__in=replaced) if figure_stands(r)]
-    old = standing[0] if standing else Report.objects.get(pk=report.supersedes_id)
-    if report.model_ci_low is None or old.model_ci_low is None or report.model_ci_low >= old.model_ci_low:
+def _dispute_relief_from(report: Report, chain: list[Report]) -> datetime | None:
+    """When the re-audit `report` lowers the CI bound of the figure in force (the newest report of
+    `chain`, its ancestors newest first, whose figure stands) and answers a dispute: the date of
+    the first dispute since that figure came in force that no standing re-audit answered (one
+    whose re-audit proved nothing still counts: the customer was right from then). Otherwise None
+    (the new figure applies from its own date). Only disputes that this re-audit's report
+    answered counted before, so an inconclusive first re-audit cost the customer its weeks (red
+    team 18, 2026-12-06)."""
+    standing = next((r for r in chain if figure_stands(r)), None)
+    old = standing or (chain[0] if chain else None)
+    if old is None or report.model_ci_low is None or old.model_ci_low is None or report.model_ci_low >= old.model_ci_low:
         return None
-    return (Dispute.objects.filter(report_id__in=replaced, reaudit__result_report=report)
-            .order_by("created_at").values_list("created_at", flat=True).first())
+    # The re-audits between the figure in force and this one: none of them stood.
+    between = [r.pk for r in chain[:chain.index(old)]] if standing is not None else [r.pk for r in chain]
+    disputes = Dispute.objects.filter(report_id__in=[r.pk for r in chain])
+    answered = disputes.filter(reaudit__result_report=report) | disputes.filter(reaudit__result_report_id__in=between)
+    return answered.order_by("created_at").values_list("created_at", flat=True).first()
 
 
 def deployment_data(deployment: Deployment) -> dict[str, Any]:

@@ -247,7 +247,12 @@ def _platform_says(result: dict[str, Any], worker: str) -> None:
     else:
         environment.pop("runner_calibration", None)
     sandbox = result.get("sandbox")
-    if isinstance(sandbox, dict) and sandbox.get("operator_allowed_incomplete") and not settings.DYNO_SANDBOX_ALLOW_INCOMPLETE:
+    if not isinstance(sandbox, dict) or not isinstance(sandbox.get("complete"), bool):
+        # A result that does not say whether its sandbox was complete is not taken as complete
+        # (reports.document.sandbox_trusted reads a missing block as an old, trusted result).
+        sandbox = result["sandbox"] = {**(sandbox if isinstance(sandbox, dict) else {}), "complete": False,
+                                       "missing": ["unreported: the runner's result did not say"]}
+    if sandbox.get("operator_allowed_incomplete") and not settings.DYNO_SANDBOX_ALLOW_INCOMPLETE:
         sandbox["operator_allowed_incomplete"] = False
         sandbox["platform_refused_allowance"] = True
 

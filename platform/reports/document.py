@@ -243,14 +243,17 @@ def model_figure(result: dict[str, Any]) -> ModelFigure:
     low, high = (_decimal(ci[0]), _decimal(ci[1])) if len(ci) == 2 else (None, None)
     if speedup is None:
         return ModelFigure(None, None, None, stable, Billable(None, False, NotBillable.NO_MODEL_FIGURE))
-    return ModelFigure(speedup, low, high, stable, _billable(low, stable=stable, accepted=True,
+    # A rejected model block does not bill, whatever interval it carries (an honest runner clears
+    # it; the platform does not take that on its word: red team 18).
+    accepted = block.get("verdict", "accepted") == "accepted"
+    return ModelFigure(speedup, low, high, stable, _billable(low, stable=stable, accepted=accepted,
                                                              trusted=sandbox_trusted(result),
                                                              calibrated=runner_calibrated(result)))
 
 
 def billing_statement(result: dict[str, Any], figure: ModelFigure | None = None) -> dict[str, Any]:
     figure = figure or model_figure(result)
-    stable = bool((result.get("calibration") or {}).get("stable"))  # the kernel audits' own A/A
+    stable = (result.get("calibration") or {}).get("stable") is True  # the kernel audits' own A/A
     workloads = []
     for workload in result.get("workloads") or []:
         ci = workload.get("ci95") or [None, None]

@@ -13,7 +13,8 @@ def model_stable(result: dict[str, Any]) -> bool:
     block = result.get("model") or {}
     if block.get("basis") == "end_to_end":
         return block.get("stable") is True
-    return bool((result.get("calibration") or {}).get("stable"))
+    # `is True`, not truth: a runner's "no" or 1 is not a stable calibration (red team 18).
+    return (result.get("calibration") or {}).get("stable") is True
 
 
 def model_basis(result: dict[str, Any]) -> str | None:

@@ -277,3 +277,57 @@ def test_an_artifact_deploys_under_its_first_stable_report_whichever_the_custome
     assert refused.value.code == "report_superseded" and str(remeasured.pk) in refused.value.message
     assert make_deployment(org, remeasured, name="remeasured")
 
+
+
+def test_the_report_in_force_follows_what_an_artifact_runs_not_its_documents_hash(make_org, make_contract, make_report,
+                                                                                 make_deployment, billing_settings):
+    # Red team 18 (2026-12-06): an artifact's document hash covers its timing estimates (a cold
+    # search's, or the tuning cache's date), so one optimization got a new hash on every cold run
+    # or host, and a customer could deploy under the lowest of their first reports again.
+    from metering.errors import BillingError
+    from runs.models import Run
+
+    org = make_org("acme")
+    make_contract(org)
+    code = {"schema": "dyno.optimization-artifact/1", "model": {"config_sha256": "c" * 64}, "device": "cpu",
+            "hardware": "gpu-h100", "strategy": "patched-modules", "kernels": {"rmsnorm": "src"},
+            "modules": [{"module": "norm", "module_class": "RMSNorm", "status": "optimized", "kernel": "rmsnorm",
+                         "shape": {"R": 8}, "reason": "1.31x"}]}
+
+    def report(ci_low, **document):
+        made = make_report(org, ci_low=ci_low)
+        Run.objects.filter(pk=made.run_id).update(artifact={**code, **document})
+        made.run.refresh_from_db()
+        return made
+
+    first = report("1.9", estimates={"cold": 1.2}, workload={"batch": 2, "seq": 8})
+    warm = report("0.97", estimates={"from_cache": {"decided_at": "2026-12-06"}}, workload={"batch": 2, "seq": 9},
+                  modules=[{**code["modules"][0], "shape": {"R": 9}, "reason": "from the cache"}])
+    with pytest.raises(BillingError) as refused:
+        make_deployment(org, warm, name="prod")
+    assert refused.value.code == "report_not_in_force" and str(first.pk) in refused.value.message
+    # Other code (another kernel source) is another artifact, with its own first report.
+    assert make_deployment(org, report("1.2", kernels={"rmsnorm": "other src"}), name="other-code")
+
+
+def test_a_lower_reaudit_after_one_that_proved_nothing_applies_from_the_first_dispute(
+        make_org, make_contract, make_report, make_deployment, billing_settings):
+    # Red team 18: relief counted only the dispute the lower re-audit answered, so a first dispute
+    # whose re-audit proved nothing cost the customer the weeks until the second.
+    from metering.deployments import deployments_follow_reaudit
+    from reports.models import Dispute, ReauditRequest
+
+    org = make_org("acme")
+    make_contract(org)
+    original = make_report(org, ci_low="1.5")
+    deployment = make_deployment(org, original, name="prod")
+    unstable = make_report(org, ci_low="0.9", stable=False, supersedes=original)
+    lower = make_report(org, ci_low="1.1", supersedes=unstable)
+    for when, answered in (("2025-01-03 00:00", unstable), ("2025-01-25 00:00", lower)):
+        request = ReauditRequest.objects.create(organization=org, report=original, requested_by="user:owner",
+                                                reason="dispute", status="completed", result_report=answered)
+        dispute = Dispute.objects.create(organization=org, report=original, raised_by="user:owner", reason="high",
+                                         reaudit=request, status="resolved", resolved_at=answered.created_at)
+        Dispute.objects.filter(pk=dispute.pk).update(created_at=at(when))
+    (switch,) = deployments_follow_reaudit(report=lower)
+    assert switch.deployment_id == deployment.pk and switch.effective_from == at("2025-01-03 00:00")

@@ -172,6 +172,12 @@ def test_what_decides_billing_is_the_platforms_not_the_runners_document(live_ser
     assert run.result["sandbox"]["operator_allowed_incomplete"] is False
     assert run.result["sandbox"]["platform_refused_allowance"] is True
     assert "runner_calibration" not in run.result["environment"] and run.result["environment"]["device"] == "cpu"
+    # A result that does not say whether its sandbox was complete is not taken as complete.
+    unsaid = queued()
+    client.claim(str(unsaid.pk), worker="w1@host")
+    assert client.succeed(str(unsaid.pk), worker="w1@host", result={**result, "sandbox": {"complete": "false"}})
+    unsaid.refresh_from_db()
+    assert unsaid.result["sandbox"]["complete"] is False and unsaid.result["sandbox"]["missing"]
     # Where the platform's operator allows it, the runner's word on its sandbox stands.
     settings.DYNO_SANDBOX_ALLOW_INCOMPLETE = True
     second = queued()
