@@ -297,8 +297,8 @@ def deployments_follow_reaudit(*, report: Report, actor: Any = "system:reaudit")
     re-priced); one that raises it applies from its own date only."""
     if report.supersedes_id is None:
         return []
-    # A deployment bills under the last report of the chain whose figure stood: a re-audit that
-    # proved nothing in between moved nothing (red team 16, 2026-12-06).
+    # A deployment may bill under any report up the chain: a re-audit that proved nothing, or one
+    # that could not bill under the contract, moved nothing (red teams 16 and 18, 2026-12-06).
     chain = ancestors(report)
     replaced = {r.pk for r in chain}
     relief_from = _dispute_relief_from(report, chain)
