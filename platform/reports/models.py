@@ -13,6 +13,7 @@ from django.db import models
 from django.db.models import Q
 
 from accounts.models import Organization
+from runs.figures import FIGURE_COLUMN
 from runs.models import Run
 
 
@@ -40,9 +41,9 @@ class Report(models.Model):
     key_id = models.CharField(max_length=64)
     signature = models.CharField(max_length=128)  # base64 Ed25519
     # Copied out of the body for queries and billing; the body stays the source of truth.
-    model_speedup = models.DecimalField(max_digits=12, decimal_places=6, null=True)
-    model_ci_low = models.DecimalField(max_digits=12, decimal_places=6, null=True)
-    model_ci_high = models.DecimalField(max_digits=12, decimal_places=6, null=True)
+    model_speedup = models.DecimalField(**FIGURE_COLUMN, null=True)
+    model_ci_low = models.DecimalField(**FIGURE_COLUMN, null=True)
+    model_ci_high = models.DecimalField(**FIGURE_COLUMN, null=True)
     stable = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -6,6 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+# The decimal columns a signed report copies a run's model figure into (reports.models.Report's
+# model_speedup and CI bounds); declared here, below reports, so that a run's result can be held
+# to what a report of it will store (runs.services.result_problem).
+FIGURE_COLUMN = {"max_digits": 12, "decimal_places": 6}
+
 
 def model_stable(result: dict[str, Any]) -> bool:
     """Whether the figure that bills was measured on a stable machine: the end-to-end audit's own

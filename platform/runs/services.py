@@ -26,7 +26,7 @@ from accounts.throttle import QuotaExceeded
 from auditlog.services import audit_record
 from catalog.models import ModelVersion
 from dyno.dispatch import RUN_EXECUTE, report_enqueue, send
-from runs.figures import model_stable
+from runs.figures import FIGURE_COLUMN, model_stable
 from runs.models import Run, RunEvent, RunKind, WorkloadResult
 from runs.signals import run_ended_without_result
 from runs.status import FINISHED, Stage, Status, sources_of
@@ -219,13 +219,10 @@ def _interval_or_none(value: Any) -> bool:
 
 
 def _speedup_bound() -> float:
-    """The first speedup a report's figure columns cannot hold (reports.models.Report.model_*):
-    a result past it was stored, and then no report could ever be made of its run (red team 16,
+    """The first speedup a report's figure columns cannot hold (runs.figures.FIGURE_COLUMN): a
+    result past it was stored, and then no report could ever be made of its run (red team 16,
     2026-12-06: a CI of [1e7, 2e7] from a runner, the report sweep retrying it for good)."""
-    from reports.models import Report  # the reports app builds on runs: read at call time
-
-    field = Report._meta.get_field("model_ci_low")
-    return float(10 ** (field.max_digits - field.decimal_places))
+    return float(10 ** (FIGURE_COLUMN["max_digits"] - FIGURE_COLUMN["decimal_places"]))
 
 
 def _figure_fits(value: Any) -> bool:
