@@ -28,9 +28,13 @@ MAX_DISPUTE_DAYS = 365
 # (a red team, 2026-12-06); billing checks each amount against its column as well (billing._fits_columns).
 MAX_PRICE_PER_HOUR = Decimal(1_000_000)
 MAX_MONTHLY_CAP = Decimal(10) ** 12
+# The shapes a run may measure (runs.services.MAX_BATCH, MAX_SEQ): a plan pinning another could
+# never be met.
+MAX_PLAN_BATCH = 64
+MAX_PLAN_SEQ = 8192
 # The scalar fields a form or an API body gives (prices and the measurement plan aside).
 TERMS_FIELDS = ("revenue_share", "minimum_speedup", "monthly_cap", "currency", "rounding", "dispute_window_days",
-                "suite_version", "suite_manifest_sha256", "baseline")
+                "suite_version", "suite_manifest_sha256", "baseline", "batch", "seq")
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,10 @@ class ContractTerms:
     monthly_cap: Decimal | None = None
     dispute_window_days: int = 30
     suite_manifest_sha256: str = ""
+    # The shape the model is measured and billed at; None: any (the organization's first stable
+    # report of an artifact, at whatever shape its first run had, is the one in force).
+    batch: int | None = None
+    seq: int | None = None
 
     def fees_contract(self, *, cap: Decimal | None) -> fees.Contract:
         """The pure rules' view. Prices are per hardware class, so each segment carries its own."""
@@ -80,10 +88,11 @@ def contract_terms_from(data: Mapping[str, Any]) -> ContractTerms:
     plan = data.get("measurement_plan") or {}
     if not isinstance(plan, Mapping):
         raise BillingError("invalid_field", "measurement_plan is an object: {suite_version, baseline, "
-                                            "suite_manifest_sha256}.")
+                                            "suite_manifest_sha256, batch, seq}.")
     suite_version = str(plan.get("suite_version") or data.get("suite_version") or "").strip()
     baseline = str(plan.get("baseline") or data.get("baseline") or "").strip()
     manifest = str(plan.get("suite_manifest_sha256") or data.get("suite_manifest_sha256") or "").strip().lower()
+    batch, seq = _shape({name: plan.get(name, data.get(name)) for name in ("batch", "seq")})
     raw_prices = data.get("prices")
     if not isinstance(raw_prices, Mapping) or not raw_prices:
         raise BillingError("missing_field", "prices is required: an object of hardware class -> price per "
@@ -95,9 +104,29 @@ def contract_terms_from(data: Mapping[str, Any]) -> ContractTerms:
         raise BillingError("invalid_field", "dispute_window_days is a whole number of days.") from None
     terms = ContractTerms(revenue_share=share, prices=prices, minimum_speedup=minimum,  # type: ignore[arg-type]
                           suite_version=suite_version, baseline=baseline, currency=currency, rounding=rounding,
-                          monthly_cap=cap, dispute_window_days=window, suite_manifest_sha256=manifest)
+                          monthly_cap=cap, dispute_window_days=window, suite_manifest_sha256=manifest,
+                          batch=batch, seq=seq)
     contract_terms_check(terms)
     return terms
+
+
+def _shape(plan: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """The plan's batch and sequence length: both whole numbers, or neither."""
+    found = {}
+    for name in ("batch", "seq"):
+        value = plan.get(name)
+        if value is None or value == "":
+            found[name] = None
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdigit():
+            raise BillingError("invalid_field", f"measurement_plan.{name} is {value!r}: a whole number (the "
+                                                f"{'batch size' if name == 'batch' else 'sequence length'} the model "
+                                                "is measured and billed at).")
+        found[name] = int(str(value).strip())
+    if (found["batch"] is None) != (found["seq"] is None):
+        raise BillingError("invalid_field", "measurement_plan pins batch and seq together (the shape the model is "
+                                            "measured and billed at), or neither.")
+    return found["batch"], found["seq"]
 
 
 def contract_terms_check(terms: ContractTerms) -> None:
@@ -141,6 +170,12 @@ def contract_terms_check(terms: ContractTerms) -> None:
     if not terms.baseline:
         raise BillingError("missing_field", "the measurement plan needs baseline: the billed baseline as agreed "
                                             "(e.g. \"eager PyTorch with standard ops\").")
+    if (terms.batch is None) != (terms.seq is None):
+        raise BillingError("invalid_field", "measurement_plan pins batch and seq together, or neither.")
+    if terms.batch is not None and terms.seq is not None and not (
+            1 <= terms.batch <= MAX_PLAN_BATCH and 1 <= terms.seq <= MAX_PLAN_SEQ):
+        raise BillingError("invalid_field", f"measurement_plan's shape is batch {terms.batch} x seq {terms.seq}: a run "
+                                            f"measures batch 1 to {MAX_PLAN_BATCH} and seq 1 to {MAX_PLAN_SEQ}.")
 
 
 def terms_of(contract: Contract) -> ContractTerms:
@@ -151,6 +186,7 @@ def terms_of(contract: Contract) -> ContractTerms:
         minimum_speedup=contract.minimum_speedup, suite_version=contract.suite_version, baseline=contract.baseline,
         currency=contract.currency, rounding=contract.rounding, monthly_cap=contract.monthly_cap,
         dispute_window_days=contract.dispute_window_days, suite_manifest_sha256=contract.suite_manifest_sha256,
+        batch=contract.measured_batch, seq=contract.measured_seq,
     )
 
 
@@ -201,7 +237,8 @@ def contract_version_create(*, organization: Organization, terms: ContractTerms,
                 minimum_speedup=terms.minimum_speedup, monthly_cap=terms.monthly_cap, currency=terms.currency,
                 rounding=terms.rounding, dispute_window_days=terms.dispute_window_days,
                 suite_version=terms.suite_version, suite_manifest_sha256=terms.suite_manifest_sha256,
-                baseline=terms.baseline, created_by=actor_label(actor),
+                baseline=terms.baseline, measured_batch=terms.batch, measured_seq=terms.seq,
+                created_by=actor_label(actor),
             )
         except IntegrityError as exc:
             raise BillingError("contract_overlap", f"this version would overlap another one ({exc}).",
@@ -241,6 +278,7 @@ def contract_data(contract: Contract) -> dict[str, Any]:
         "dispute_window_days": contract.dispute_window_days,
         "measurement_plan": {"suite_version": contract.suite_version,
                              "suite_manifest_sha256": contract.suite_manifest_sha256 or None,
-                             "baseline": contract.baseline},
+                             "baseline": contract.baseline,
+                             "batch": contract.measured_batch, "seq": contract.measured_seq},
         "created_at": contract.created_at.isoformat() if contract.created_at else None,
     }

@@ -100,7 +100,7 @@ def artifact_identity(run: Any) -> str:
     return hashlib.sha256(json.dumps(kept, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
 
 
-def report_in_force(report: Report) -> Report:
+def report_in_force(report: Report, contract: Contract | None = None) -> Report:
     """The report that bills the artifact `report` measured, on its hardware class: the first
     report of the organization for that artifact and hardware whose figure stands, followed
     through the re-audits that replaced it. Several runs of one artifact (a cached or
@@ -110,12 +110,19 @@ def report_in_force(report: Report) -> Report:
     were each accepted for a deployment). Any model version counts: the same model uploaded
     again as a new version runs the same artifact (the optimizer's cache), and per version the
     shopping would start over. Only a re-audit, which disputes and the re-audit limits govern,
-    moves the figure. A report without an artifact stands for itself."""
+    moves the figure. A report without an artifact stands for itself.
+
+    Where the contract's measurement plan pins a shape (batch x sequence), only reports measured
+    at it count: the first report at another shape, which the customer chose by running it first,
+    neither bills nor stands in the way (red team 18, 2026-12-06: the first report's shape was
+    whatever the customer ran first, the one where the gain is least)."""
     identity = artifact_identity(report.run) if report.run_id is not None else ""
     if not identity:
         return report
     peers = (Report.objects.filter(organization_id=report.organization_id, hardware=report.hardware)
              .select_related("run").order_by("created_at", "pk"))
+    if contract is not None and contract.measured_batch is not None:
+        peers = peers.filter(run__batch=contract.measured_batch, run__seq=contract.measured_seq)
     current = next((peer for peer in peers if peer.run_id is not None and artifact_identity(peer.run) == identity
                     and figure_stands(peer)), None)
     if current is None:
@@ -154,6 +161,13 @@ def _check_billable_report(*, report: Report, contract: Contract, hardware: str,
     if successor is not None:
         raise BillingError("report_superseded", f"report {report.pk} was replaced by re-audit report {successor.pk}; "
                                                 "use the newest report of the chain.", status=409)
+    if contract.measured_batch is not None and (report.run.batch, report.run.seq) != (contract.measured_batch,
+                                                                                        contract.measured_seq):
+        raise BillingError("measurement_plan_mismatch",
+                           f"report {report.pk} measured the model at batch {report.run.batch} x seq {report.run.seq}, "
+                           f"but the contract's measurement plan pins batch {contract.measured_batch} x seq "
+                           f"{contract.measured_seq}; run the model at the pinned shape and deploy under that "
+                           "report.")
     if hardware not in contract.prices:
         raise BillingError("hardware_not_priced", f"contract version {contract.version} has no price for "
                                                   f"{hardware}; ask finance to add it in a new version.")
@@ -214,7 +228,7 @@ def deployment_create(*, actor: Actor, organization: Organization, report: Repor
                                    status=409)
             contract = _contract_at(organization.pk, moment)
             _check_billable_report(report=report, contract=contract, hardware=report.hardware)
-            in_force = report_in_force(report)
+            in_force = report_in_force(report, contract)
             if in_force.pk != report.pk:
                 raise BillingError(
                     "report_not_in_force",

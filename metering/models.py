@@ -51,6 +51,11 @@ class Contract(models.Model):
     suite_version = models.CharField(max_length=32)
     suite_manifest_sha256 = models.CharField(max_length=64, blank=True)  # blank: any manifest of the version
     baseline = models.TextField()
+    # The shape the model is measured and billed at (batch x sequence), agreed like the suite: the
+    # customer's first run no longer decides it (red team 18: the first report in force was at
+    # whatever shape the customer ran first, the one where the gain is least). Null on both: any.
+    measured_batch = models.PositiveIntegerField(null=True, blank=True)
+    measured_seq = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.CharField(max_length=254, blank=True)
 
@@ -70,6 +75,9 @@ class Contract(models.Model):
             models.CheckConstraint(condition=Q(currency__in=list(CURRENCY_MINOR_UNITS)),
                                    name="contract_currency_known"),
             models.CheckConstraint(condition=~Q(suite_version=""), name="contract_plan_has_suite"),
+            models.CheckConstraint(condition=Q(measured_batch__isnull=True, measured_seq__isnull=True)
+                                   | Q(measured_batch__gte=1, measured_seq__gte=1),
+                                   name="contract_plan_shape_whole"),
         ]
 
     def __str__(self) -> str:

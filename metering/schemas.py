@@ -107,6 +107,9 @@ class MeasurementPlan(Out):
     suite_version: str = Field(description="the audited suite the speedup is measured on, e.g. v1")
     suite_manifest_sha256: Optional[str] = Field(description="null: any manifest of the suite version")
     baseline: str = Field(description="the billed baseline as agreed")
+    batch: Optional[int] = Field(description="the batch size the model is measured and billed at; null: any "
+                                             "(the first stable report of an artifact decides)")
+    seq: Optional[int] = Field(description="the sequence length the model is measured and billed at; null: any")
 
 
 class Contract(Out):
@@ -138,6 +141,10 @@ class MeasurementPlanRequest(BaseModel):
     suite_manifest_sha256: Optional[str] = Field(None, description="null or absent: any manifest of the suite "
                                                                     "version")
     baseline: str = Field(examples=["eager PyTorch with the standard ops"])
+    batch: Optional[int] = Field(None, description="the batch size the model is measured and billed at (with seq); "
+                                                   "absent: any shape", examples=[2])
+    seq: Optional[int] = Field(None, description="the sequence length the model is measured and billed at (with "
+                                                 "batch); absent: any shape", examples=[64])
 
 
 class ContractRequest(In):

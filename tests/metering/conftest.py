@@ -53,13 +53,13 @@ def make_report(db, make_version):
 
     def make(org, *, hardware: str = "gpu-h100", ci_low: str = "1.25", stable: bool = True,
              suite_version: str = "v1", supersedes=None, version=None, artifact_sha256: str | None = None,
-             reasons: tuple[str, ...] = ()):
+             reasons: tuple[str, ...] = (), shape: tuple[int, int] = (1, 32)):
         version = version or (supersedes.run.model_version if supersedes is not None else make_version(org))
         # A re-audit measures the same artifact again; any other report a fresh one.
         artifact = artifact_sha256 or (supersedes.run.artifact_sha256 if supersedes is not None
                                        else hashlib.sha256(uuid.uuid4().bytes).hexdigest())
         run = Run.objects.create(organization=org, model_version=version, hardware=hardware, status="succeeded",
-                                 artifact_sha256=artifact)
+                                 artifact_sha256=artifact, batch=shape[0], seq=shape[1])
         body = json.dumps({"schema": "dyno.report/1", "suite": {"version": suite_version, "profile": "gpu",
                                                                 "manifest_sha256": "f" * 64},
                            "run": {"id": str(run.id)},

@@ -93,6 +93,31 @@ def test_it_refuses_prices_and_caps_past_what_an_invoice_holds(keys, operator_or
     assert keys["finance"].post("contracts", {**body, "prices": {hardware: "1000000"}}).status_code == 201
 
 
+def test_a_contracts_measurement_plan_pins_the_shape_billed_or_says_what_is_wrong(keys, operator_org):
+    from metering.contracts import MAX_PLAN_BATCH, MAX_PLAN_SEQ
+    from metering.models import Contract
+    from runs.services import MAX_BATCH, MAX_SEQ
+    from tests.metering.conftest import TERMS
+
+    assert (MAX_PLAN_BATCH, MAX_PLAN_SEQ) == (MAX_BATCH, MAX_SEQ)  # a plan no run could meet is refused
+    later = (timezone.now().date().replace(day=1) + timedelta(days=32)).replace(day=1)
+    plan = TERMS["measurement_plan"]
+    body = {**TERMS, "organization": "acme", "effective_from": later.isoformat()}
+    stored = Contract.objects.count()
+    for shape, says in (({"batch": 2}, "batch and seq together"), ({"batch": 2, "seq": "64.5"}, "whole number"),
+                        ({"batch": True, "seq": 64}, "whole number"), ({"batch": 0, "seq": 64}, "batch 1 to 64"),
+                        ({"batch": 2, "seq": MAX_SEQ + 1}, "seq 1 to 8192")):
+        answer = keys["finance"].post("contracts", {**body, "measurement_plan": {**plan, **shape}})
+        assert answer.status_code == 400, (shape, answer.content)
+        assert answer.json()["error"]["code"] == "invalid_field" and says in answer.json()["error"]["message"], shape
+    assert Contract.objects.count() == stored
+    created = keys["finance"].post("contracts", {**body, "measurement_plan": {**plan, "batch": 2, "seq": 64}})
+    assert created.status_code == 201, created.content
+    assert created.json()["measurement_plan"]["batch"] == 2 and created.json()["measurement_plan"]["seq"] == 64
+    listed = {c["version"]: c["measurement_plan"] for c in keys["acme"].get("contracts").json()["contracts"]}
+    assert listed[1]["batch"] is None and listed[2]["seq"] == 64
+
+
 def test_it_keeps_each_customer_inside_its_own_organization(keys, billed, make_report):
     from metering.invoices import invoice_finalize
     from metering.models import Deployment, UsageEvent

@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 from django.db import IntegrityError, transaction
 
-from tests.metering.conftest import at
+from tests.metering.conftest import TERMS, at
 
 pytestmark = pytest.mark.django_db
 
@@ -277,6 +277,44 @@ def test_an_artifact_deploys_under_its_first_stable_report_whichever_the_custome
     assert refused.value.code == "report_superseded" and str(remeasured.pk) in refused.value.message
     assert make_deployment(org, remeasured, name="remeasured")
 
+
+
+def test_a_contract_that_pins_the_shape_bills_only_reports_measured_at_it(make_org, make_contract, make_report,
+                                                                        make_deployment, billing_settings):
+    # Red team 18 (2026-12-06): the report in force was the first at whatever shape the customer
+    # ran first (batch 8 x seq 512, where GEMMs dominate and the gain is least); the contract's
+    # measurement plan now names the shape, and only reports at it count.
+    from metering.errors import BillingError
+
+    org = make_org("acme")
+    make_contract(org, measurement_plan={**TERMS["measurement_plan"], "batch": 2, "seq": 64})
+    low_first = make_report(org, ci_low="1.01", shape=(8, 512))
+    artifact, version = low_first.run.artifact_sha256, low_first.run.model_version
+    pinned = make_report(org, ci_low="1.5", artifact_sha256=artifact, version=version, shape=(2, 64))
+    with pytest.raises(BillingError) as refused:
+        make_deployment(org, low_first, name="prod")
+    assert refused.value.code == "measurement_plan_mismatch"
+    assert "batch 8 x seq 512" in refused.value.message and "batch 2 x seq 64" in refused.value.message
+    assert make_deployment(org, pinned, name="prod").report_history.get().report_id == pinned.pk
+    # At the pinned shape the first-report rule holds as before.
+    later = make_report(org, ci_low="1.1", artifact_sha256=artifact, version=version, shape=(2, 64))
+    with pytest.raises(BillingError) as refused:
+        make_deployment(org, later, name="prod-2")
+    assert refused.value.code == "report_not_in_force" and str(pinned.pk) in refused.value.message
+
+
+def test_without_a_pinned_shape_the_first_report_at_any_shape_is_in_force(make_org, make_contract, make_report,
+                                                                          make_deployment, billing_settings):
+    from metering.errors import BillingError
+
+    org = make_org("acme")
+    make_contract(org)
+    first = make_report(org, ci_low="1.01", shape=(8, 512))
+    other_shape = make_report(org, ci_low="1.5", artifact_sha256=first.run.artifact_sha256,
+                              version=first.run.model_version, shape=(2, 64))
+    with pytest.raises(BillingError) as refused:
+        make_deployment(org, other_shape, name="prod")
+    assert refused.value.code == "report_not_in_force" and str(first.pk) in refused.value.message
 
 
 def test_the_report_in_force_follows_what_an_artifact_runs_not_its_documents_hash(make_org, make_contract, make_report,

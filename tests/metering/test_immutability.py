@@ -93,6 +93,9 @@ def test_it_keeps_the_terms_of_a_contract_in_force(make_org, make_contract, bill
     with pytest.raises(IntegrityError, match="its terms never change"), transaction.atomic():
         Contract.objects.filter(pk=contract.pk).update(revenue_share=Decimal("0.5"))
     _refused("DELETE FROM metering_contract WHERE id = %s", [contract.pk], "its terms never change")
+    # Closing the open end is allowed only with every term as it was, the billed shape included.
+    _refused("UPDATE metering_contract SET effective_to = '2099-01-01', measured_batch = 8, measured_seq = 512 "
+             "WHERE id = %s", [contract.pk], "its terms never change")
     _refused("UPDATE metering_contract SET effective_to = '2025-02-01' WHERE id = %s", [contract.pk],
              "its terms never change")  # closing it in the past would rewrite history
     with pytest.raises(IntegrityError), transaction.atomic():  # versions never overlap
