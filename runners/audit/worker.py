@@ -14,7 +14,6 @@ import gc
 import importlib.util
 import mmap
 import os
-import secrets
 import sys
 import threading
 import time
@@ -95,7 +94,10 @@ class CallLane:
     call's fresh outputs on the main heap, eight plain processes running the rmsnorm baseline
     differed by 10-14% (SD) from each other and each kept its place; the same calls in one other
     thread: 1-2%, with no process keeping its place (`benchmarks/process_bias.py`, variants plain
-    and one-thread, 2026-12-05). Started before any candidate code is loaded, after the lock-down
+    and one-thread, 2026-12-05). That comparison also differed in the random heap spacer (plain
+    drew one per turn, one-thread none), which on 2026-12-06 turned out to be the larger part:
+    in one thread with the spacer, eight processes differed by 8-11% again (docs/figures.md, "the
+    heap spacer"). Started before any candidate code is loaded, after the lock-down
     (so under the same seccomp filter and Landlock rules), named `dyno-calls` so the parent can
     check the thread id the worker reports before it reads its scheduler statistics."""
 
@@ -138,12 +140,6 @@ class CallLane:
         return value
 
 
-def _heap_spacer() -> torch.Tensor:
-    """A block of random size, held for one round, that shifts where the round's outputs land, so
-    output placement is round-to-round noise rather than a per-process constant."""
-    return torch.empty(64 * secrets.randbelow(65), dtype=torch.uint8)
-
-
 class KernelWorker:
     """Serves the parent: bind, load, run, fetch, release. Every call the candidate sees
     (checks, timed calls, probes, re-validation) comes through `op_run` on slot views of one
@@ -159,7 +155,6 @@ class KernelWorker:
         self.results: list[Any] = []
         self.outputs: list[list[torch.Tensor]] = []
         self.weights: list[torch.Tensor] = []
-        self.spacer: torch.Tensor | None = None
         self.flush: torch.Tensor | None = None
         self.loads = 0
         self.called = False
@@ -253,9 +248,11 @@ class KernelWorker:
     def op_run(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
         """Time one sample: one call per listed slot, then say where the outputs are."""
         assert self.spec is not None and self.kernel is not None
-        # A new sample: the last one's outputs go, a fresh heap offset moves where this one's land
-        # (output placement is then round-to-round noise, not a per-process constant).
-        self.results, self.outputs, self.spacer = [], [], None
+        # A new sample: the last one's outputs go. No random heap offset is drawn: a small block of
+        # random size per sample (tried until 2026-12-06) set each process's heap into a state of
+        # its own that it kept, and that state, not the process, was the per-process effect of
+        # memory-bound workloads (docs/figures.md, "the heap spacer").
+        self.results, self.outputs = [], []
         if header.get("commit_seed") is not None:
             self.weights = commit_weights(self.spec, int(header["commit_seed"]), device=self.device)
         if self.device.startswith("cuda"):
@@ -281,8 +278,6 @@ class KernelWorker:
         kernel = self.kernel
         assert kernel is not None
         first = 0
-        if self.device == "cpu":
-            self.spacer = _heap_spacer()
         if step_base is not None:
             self._report_ready(step_base)
         with torch.no_grad():
@@ -445,7 +440,7 @@ class KernelWorker:
         return {}, tensors
 
     def op_release(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        self.results, self.outputs, self.weights, self.spacer = [], [], [], None
+        self.results, self.outputs, self.weights = [], [], []
         gc.collect()  # automatic collection is off; collections happen here and at bind, never in a sample
         gc.freeze()
         return {}, []

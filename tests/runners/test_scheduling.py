@@ -261,9 +261,9 @@ def test_it_takes_no_page_faults_per_sample_in_a_warm_worker_whatever_its_histor
             faults.append(sorted(counts[-3:])[1])
         # Once warm (a few rounds) neither worker takes page faults per call on its outputs or
         # inputs (mapped and populated once). A fresh 4 MiB mapping per call would be ~4 x 1024
-        # faults in every sample; a warm heap leaves a few pages at the edges. The per-sample spacer
-        # moves outputs by random amounts, so now and then the heap's top still grows by one output
-        # (1025 faults once, in a CI run): the median of the last three samples is judged.
+        # faults in every sample; a warm heap leaves a few pages at the edges. Now and then the
+        # heap's top still grows by one output (1025 faults once, in a CI run, when a random heap
+        # spacer moved outputs): the median of the last three samples is judged.
         assert max(faults) < 512, faults
     finally:
         for worker in workers:

@@ -98,7 +98,7 @@ def _run(self, header):
 
 
 def _prepare(self, header):
-    self.results, self.outputs, self.spacer = [], [], None  # no collection, no heap spacer
+    self.results, self.outputs = [], []  # no collection
     _st["pre"] = None
     if _st["per_slot"] and self.views:
         m = min(len(self.views), int(BUDGET_S / _st["per_slot"]))
