@@ -36,6 +36,17 @@ $$ LANGUAGE plpgsql;
 """
 
 
+def forwards(apps, schema_editor) -> None:
+    # PostgreSQL only, as 0002: the demo's SQLite has no such trigger to replace.
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(_guard(_TERMS + ", measured_batch, measured_seq"), params=None)
+
+
+def backwards(apps, schema_editor) -> None:
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(_guard(_TERMS), params=None)
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -58,5 +69,5 @@ class Migration(migrations.Migration):
             model_name='contract',
             constraint=models.CheckConstraint(condition=models.Q(models.Q(('measured_batch__isnull', True), ('measured_seq__isnull', True)), models.Q(('measured_batch__gte', 1), ('measured_seq__gte', 1)), _connector='OR'), name='contract_plan_shape_whole'),
         ),
-        migrations.RunSQL(_guard(_TERMS + ", measured_batch, measured_seq"), reverse_sql=_guard(_TERMS)),
+        migrations.RunPython(forwards, backwards),
     ]
