@@ -526,7 +526,8 @@ def transform(model):
 
 
 def test_work_in_decodes_prompt_window_is_judged_against_the_models_own_prefill(sample_models):
-    report = _audit(sample_models["llama"], None, transform_source=IN_THE_PROMPT, rounds=6)
+    # 12 rounds: at 6 the prompt ratio's lower bound once fell inside the slack on CI (2026-12-06).
+    report = _audit(sample_models["llama"], None, transform_source=IN_THE_PROMPT, rounds=12)
     prefill, decode = _phase(report, "prefill"), _phase(report, "decode")
     assert prefill["verdict"] == "accepted" and prefill["prompt"] is None
     assert decode["verdict"] == "rejected" and [r["code"] for r in decode["reasons"]] == ["integrity.unbilled_call_slow"]
