@@ -55,9 +55,12 @@ def test_it_rejects_each_cheat_with_its_reason_code(session, path, request):
     document = audit_candidate(header["workload"], path.read_text(), profile="cpu-ci", seed=7, protocol=FAST, session=session)
     codes = _codes(document)
     if header["verdict"] == "no-gain" and document["verdict"] == "accepted":
-        # A trick the harness makes pointless rather than detects: accepted, and slower.
-        ci95 = document["workloads"][0]["ci95"]
-        assert ci95 is not None and ci95[1] < 1.0, ci95
+        # A trick the harness makes pointless rather than detects: accepted, slower, and no gain
+        # billable. Proven slower where the interval allows; beside a busy core the A/A widening
+        # put one's top at 1.64 over a point of 0.95 (2026-12-06), and then the point must be below 1.
+        workload = document["workloads"][0]
+        ci95 = workload["ci95"]
+        assert ci95 is not None and ci95[0] < 1.0 and (ci95[1] < 1.0 or workload["speedup"] < 1.0), (workload["speedup"], ci95)
         return
     if header["verdict"] == "no-billable-gain" and document["verdict"] == "accepted":
         # The figure the trick moved no longer bills: accepted, at no proven gain.
@@ -135,14 +138,14 @@ def test_it_keeps_the_baseline_out_of_reach_of_a_sabotaging_candidate(session):
 
 
 def test_a_samples_first_call_bills_like_any_other(session):
-    # 3 ms of waiting in each request's first call, against cpu-ci rmsnorm samples of a few ms: an
+    # 12 ms of waiting in each request's first call, against cpu-ci rmsnorm samples of a few ms: an
     # honest cold start is accepted, and billed (an unbilled call 0 was a window where any
     # input-independent work of the later calls was free: adv9_first_call_hoist.py).
     source = (HERE / "honest" / "rmsnorm_slow_first_call.py").read_text()
     document = audit_candidate("rmsnorm", source, profile="cpu-ci", seed=15, session=session)
     entry = document["workloads"][0]
     assert document["verdict"] == "accepted", entry["reasons"]
-    # Unbilled, the first call's 3 ms would leave the figure at 1.0. Judged on the rounds' own
-    # interval: with 6 ms samples 3 ms read 0.53-0.73x, and the A/A widening on a loaded box
-    # reached 0.95-1.0 above it (2026-12-06).
-    assert entry["speedup"] < 0.85 and entry["ci95_rounds"][1] < 0.95, (entry["speedup"], entry["ci95_rounds"], entry["ci95"])
+    # Unbilled, the first call's wait would leave the figure at 1.0; billed, 0.16-0.20 (three seeds
+    # beside a busy core, 2026-12-06). Judged on the rounds' own interval. With 3 ms (0.53-0.73x) a
+    # loaded CI box once put the interval's top at 1.006 above a point of 0.73: the wait is 12 ms now.
+    assert entry["speedup"] < 0.6 and entry["ci95_rounds"][1] < 0.8, (entry["speedup"], entry["ci95_rounds"], entry["ci95"])

@@ -721,20 +721,38 @@ def transform(model):
 """
 
 
-def test_cpu_after_a_samples_last_reply_is_judged_as_idle_cpu(sample_models):
+def test_cpu_after_a_samples_last_reply_is_judged_as_idle_cpu(sample_models, monkeypatch):
     # The freeze follows the reply within about 0.1 ms (measured 2026-12-06: 110-125 us against the
     # trusted workers' 30-45 us), inside the idle allowance (0.1 ms + 2% of the window CPU): the
     # room is bounded and accepted, and it is counted where the allowance applies.
-    # 15 rounds: with 8, the idle estimate's interval spanned +-130 us and once (a CI run,
-    # 2026-12-06) put its point at 17 us under a 175 us excess.
-    prefill = _phase(_audit(sample_models["llama"], None, transform_source=AFTER_LAST_REPLY, phases=("prefill",), rounds=15), "prefill")
+    # The booking is checked where it happens (the ledger's moves), not through the idle estimate:
+    # a difference of 0.1 ms per round is inside that estimate's round-to-round noise on a loaded
+    # box (over 8 rounds its interval spanned +-130 us; over 15 its point once read -6 us in CI).
+    moved: dict[int, list[int]] = {}
+    original = measure.CpuLedger.move
+
+    def move(self, worker, ns, source, target):
+        bucket = self.rounds[-1].get(worker.pid) or {}
+        before = bucket.get(target, 0)
+        original(self, worker, ns, source, target)
+        if (source, target) == ("window", "idle"):
+            moved.setdefault(worker.pid, []).append(self.rounds[-1].get(worker.pid, {}).get(target, 0) - before)
+
+    monkeypatch.setattr(measure.CpuLedger, "move", move)
+    prefill = _phase(_audit(sample_models["llama"], None, transform_source=AFTER_LAST_REPLY, phases=("prefill",), rounds=8), "prefill")
+    assert prefill["verdict"] == "accepted", prefill["reasons"]
     assert prefill["frozen_between_samples"] is True
     after = prefill["cpu_after_last_reply_s"]
     excess = after["optimized"] - max(after["baseline"], after["aa"])
     assert excess > 0.00004, after
-    # Booked as idle CPU, where the optimized worker's excess over the trusted ones is judged.
+    # Every sample's after-reply CPU was moved from its window to idle CPU, in full: the optimized
+    # worker's moves (the largest) add up to its measured after-reply time.
+    medians = sorted(sorted(v)[len(v) // 2] / 1e9 for v in moved.values())
+    assert len(medians) == 3 and all(len(v) >= 8 for v in moved.values()), moved
+    assert medians[-1] == pytest.approx(after["optimized"], rel=0.5), (medians, after)
+    # And the idle estimate, where the allowance is judged, is consistent with it.
     idle = prefill["background_cpu"]["idle_s"]
-    assert idle[0] > 0.3 * excess, (idle, after)
+    assert idle[2] > 0.3 * excess, (idle, after)
     assert prefill["background_cpu"]["idle_allowed_s"] < 0.0005
 
 

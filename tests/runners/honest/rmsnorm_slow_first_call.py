@@ -1,4 +1,4 @@
-"""The baseline's rmsnorm, with 3 ms of waiting in the first call of every request (a cold start:
+"""The baseline's rmsnorm, with 12 ms of waiting in the first call of every request (a cold start:
 a pool woken, a buffer mapped). Every call's window bills, the first one's too (since 2026-12-05,
 sixth session: an unbilled first call was a window where work for the later calls was free), so
 the candidate is accepted and reads as slow as its cold starts make it."""
@@ -15,7 +15,7 @@ _first = [False]
 def kernel(x, weight):
     if _first[0]:
         _first[0] = False
-        time.sleep(0.003)
+        time.sleep(0.012)
     return F.rms_norm(x, (x.shape[-1],), weight, eps=1e-6)
 
 
