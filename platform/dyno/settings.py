@@ -316,6 +316,11 @@ DYNO_SANDBOX_ALLOW_INCOMPLETE = env_bool("DYNO_SANDBOX_ALLOW_INCOMPLETE", False)
 # not bill. DYNO_RUNNER_CALIBRATION_WORKLOADS limits it to a comma-separated subset.
 DYNO_RUNNER_CALIBRATION = env_str("DYNO_RUNNER_CALIBRATION") or "auto"
 DYNO_RUNNER_CALIBRATION_WORKLOADS = env_str("DYNO_RUNNER_CALIBRATION_WORKLOADS") or ""
+# Whether a result bills only from a runner whose passing calibration this platform stored. On (the
+# default): a result from a runner with none stored (calibration off, not finished, or never
+# posted) is recorded as from an uncalibrated runner and does not bill. Off only where the operator
+# vouches for the fleet by other means.
+DYNO_REQUIRE_RUNNER_CALIBRATION = env_bool("DYNO_REQUIRE_RUNNER_CALIBRATION", True)
 
 # Billing: the organization whose finance members and finance keys bill every customer org, and
 # the margin behind "now" a billing run stops taking usage (above 4 x the 30 s ingestion timeout).

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from fleet.fingerprints import fingerprint_digest
-from fleet.models import Runner, RunnerKey
+from fleet.models import Runner, RunnerKey, calibration_judged
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +32,8 @@ def runner_register(*, hostname: str, queues: list[str], fingerprint: dict[str, 
 def runner_calibration_record(*, hostname: str, calibration: dict[str, Any]) -> None:
     """Store a runner's calibration (what `runners.calibrate` returned) and say so in the log."""
     updated = Runner.objects.filter(hostname=hostname).update(calibration=calibration, calibrated_at=timezone.now())
-    verdict = calibration.get("verdict") if isinstance(calibration.get("verdict"), dict) else {}
-    (log.info if verdict.get("billable") else log.warning)(
-        "runner %s calibration on %s: %s", hostname, calibration.get("profile"), verdict.get("message"))
+    billable, message = calibration_judged(calibration)
+    (log.info if billable else log.warning)("runner %s calibration on %s: %s", hostname, calibration.get("profile"), message)
     if not updated:
         log.warning("runner %s is not registered; its calibration was not stored", hostname)
 
@@ -46,11 +45,19 @@ def runner_calibration_summary(*, hostname: str) -> dict[str, Any] | None:
     if runner is None or not isinstance(runner.calibration, dict):
         return None
     calibration = runner.calibration
-    verdict = calibration.get("verdict") if isinstance(calibration.get("verdict"), dict) else {}
-    return {"billable": verdict.get("billable") is True,
-            "profile": calibration.get("profile"), "message": verdict.get("message"),
+    billable, message = calibration_judged(calibration)
+    return {"billable": billable,
+            "profile": calibration.get("profile"), "message": message,
             "summary": calibration.get("summary"),
             "calibrated_at": runner.calibrated_at.isoformat() if runner.calibrated_at else None}
+
+
+def uncalibrated_summary() -> dict[str, Any]:
+    """What a result records of a runner with no calibration stored, where the platform requires
+    one (DYNO_REQUIRE_RUNNER_CALIBRATION): a failed calibration, saying why."""
+    return {"billable": False, "profile": None, "summary": None, "calibrated_at": None,
+            "message": "this platform holds no calibration of the runner that measured this (it is off, "
+                       "had not finished, or never arrived): its figures do not bill until it passes one"}
 
 
 def runner_heartbeat(*, hostname: str) -> None:

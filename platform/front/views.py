@@ -268,6 +268,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
         "runners": Runner.objects.select_related("key"),
         "queues": [(q, depths.get(q), running[q]) for q in queues],
         "keys": RunnerKey.objects.all(),
+        "calibration_required": settings.DYNO_REQUIRE_RUNNER_CALIBRATION,
     })
 
 

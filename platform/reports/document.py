@@ -76,9 +76,10 @@ _NOT_BILLABLE_TEXT = {
     NotBillable.SANDBOX_INCOMPLETE: "the runner could not provide every sandbox protection a billable "
                                     "audit needs (see the result's sandbox block), and its operator did "
                                     "not allow figures from it to bill",
-    NotBillable.RUNNER_NOT_CALIBRATED: "the runner that measured this failed its own calibration (its A/A "
-                                       "controls were unstable when it started, see environment."
-                                       "runner_calibration), so figures it measures do not bill",
+    NotBillable.RUNNER_NOT_CALIBRATED: "the runner that measured this has no passing calibration on this "
+                                       "platform (its A/A controls were unstable when it started, or it never "
+                                       "calibrated: see environment.runner_calibration), so figures it "
+                                       "measures do not bill",
     NotBillable.DEVICE_CLOCK_UNTRUSTED: "GPU kernel timings are CUDA events recorded inside the candidate's "
                                         "own process, which could report less than it took; until the "
                                         "harness times device work on its own clock, GPU kernel figures do not bill",

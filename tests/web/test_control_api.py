@@ -17,6 +17,7 @@ import pytest
 from accounts.selectors import Actor
 from fleet.control_client import ControlClient, ControlRefused, ControlUnavailable, RunNotHeld
 from fleet.keys import runner_key_create, runner_key_revoke
+from reports.document import runner_calibrated
 from runs.models import Run
 from runs.services import audit_start, run_cancel
 from runs.status import Status
@@ -142,7 +143,17 @@ def test_an_outcome_is_stored_once_with_the_runners_calibration(live_server, que
     run = queued()
     client = ControlClient(live_server.url, runner_token, attempts=0)
     assert client.register(hostname="w1@host", queues=["cpu"], fingerprint={"device": "cpu"})["hardware"] == "cpu"
+    # A verdict of "billable" is taken only over rows that say so (the runner's word alone is not).
     client.calibration(hostname="w1@host", calibration={"profile": "cpu-ci", "verdict": {"billable": True, "message": "ok"}})
+    runner = Runner.objects.get(hostname="w1@host")
+    assert runner.calibration_billable is False and "holds no workload rows" in runner.calibration_message
+    rows = [{"key": "rmsnorm", "stable": True, "baseline_verdict": "accepted"},
+            {"key": "softmax", "stable": False, "baseline_verdict": "accepted"}]
+    client.calibration(hostname="w1@host", calibration={"profile": "cpu-ci", "workloads": rows,
+                                                        "verdict": {"billable": True, "message": "ok"}})
+    assert Runner.objects.get(hostname="w1@host").calibration_billable is False
+    client.calibration(hostname="w1@host", calibration={"profile": "cpu-ci", "workloads": rows[:1],
+                                                        "verdict": {"billable": True, "message": "ok"}})
     assert Runner.objects.get(hostname="w1@host").calibration_billable is True
     claim = client.claim(str(run.pk), worker="w1@host")
     assert claim["registered_fingerprint_sha256"] == Runner.objects.get(hostname="w1@host").fingerprint_sha256
@@ -171,7 +182,11 @@ def test_what_decides_billing_is_the_platforms_not_the_runners_document(live_ser
     run.refresh_from_db()
     assert run.result["sandbox"]["operator_allowed_incomplete"] is False
     assert run.result["sandbox"]["platform_refused_allowance"] is True
-    assert "runner_calibration" not in run.result["environment"] and run.result["environment"]["device"] == "cpu"
+    # The forged block is replaced by what the platform holds: no calibration, so no billing.
+    calibration = run.result["environment"]["runner_calibration"]
+    assert calibration["billable"] is False and "no calibration" in calibration["message"], calibration
+    assert run.result["environment"]["device"] == "cpu"
+    assert runner_calibrated(run.result) is False
     # A result that does not say whether its sandbox was complete is not taken as complete.
     unsaid = queued()
     client.claim(str(unsaid.pk), worker="w1@host")
@@ -404,6 +419,22 @@ def test_the_fleet_page_shows_runner_keys_and_which_key_each_runner_holds_never_
     assert "h200-pool" in page and "gpu-h200" in page and "cpu-pool" in page and "revoked" in page
     assert "cpu0@box" in page and token not in page and cpu_token not in page
     assert "dyno_runner_" not in page
+    # A runner that never calibrated is said to bill nothing (the platform's default rule).
+    assert "not calibrated: its figures do not bill" in page
+
+
+def test_without_the_requirement_a_runner_with_no_calibration_records_none(live_server, queued, runner_token, settings):
+    # Where the operator vouches for the fleet otherwise, an uncalibrated runner's result records no
+    # calibration block at all (it is not known to fail), and the fleet page says only that.
+    settings.DYNO_REQUIRE_RUNNER_CALIBRATION = False
+    run = queued()
+    client = ControlClient(live_server.url, runner_token, attempts=0)
+    _registered(client, "w1@host")
+    client.claim(str(run.pk), worker="w1@host")
+    assert client.succeed(str(run.pk), worker="w1@host", result={"schema": "dyno.suite-result/1", "verdict": "accepted",
+                                                                 "workloads": [], "environment": {"device": "cpu"}})
+    run.refresh_from_db()
+    assert "runner_calibration" not in run.result["environment"] and runner_calibrated(run.result) is True
 
 
 def test_a_keys_last_use_is_kept_to_the_minute_not_written_on_every_request(db):
