@@ -20,6 +20,7 @@ from metering import fees
 from metering.errors import BillingError
 from metering.models import BillingRun, Contract
 from metering.periods import Period
+from runs.shapes import MAX_BATCH, MAX_SEQ  # what a run may measure: a plan pinning more is refused
 
 MAX_PLACES = 6  # shares, prices and speedups carry at most 6 decimal places (models.RATE etc.)
 MAX_DISPUTE_DAYS = 365
@@ -28,10 +29,6 @@ MAX_DISPUTE_DAYS = 365
 # (a red team, 2026-12-06); billing checks each amount against its column as well (billing._fits_columns).
 MAX_PRICE_PER_HOUR = Decimal(1_000_000)
 MAX_MONTHLY_CAP = Decimal(10) ** 12
-# The shapes a run may measure (runs.services.MAX_BATCH, MAX_SEQ): a plan pinning another could
-# never be met.
-MAX_PLAN_BATCH = 64
-MAX_PLAN_SEQ = 8192
 # The scalar fields a form or an API body gives (prices and the measurement plan aside).
 TERMS_FIELDS = ("revenue_share", "minimum_speedup", "monthly_cap", "currency", "rounding", "dispute_window_days",
                 "suite_version", "suite_manifest_sha256", "baseline", "batch", "seq")
@@ -173,9 +170,9 @@ def contract_terms_check(terms: ContractTerms) -> None:
     if (terms.batch is None) != (terms.seq is None):
         raise BillingError("invalid_field", "measurement_plan pins batch and seq together, or neither.")
     if terms.batch is not None and terms.seq is not None and not (
-            1 <= terms.batch <= MAX_PLAN_BATCH and 1 <= terms.seq <= MAX_PLAN_SEQ):
+            1 <= terms.batch <= MAX_BATCH and 1 <= terms.seq <= MAX_SEQ):
         raise BillingError("invalid_field", f"measurement_plan's shape is batch {terms.batch} x seq {terms.seq}: a run "
-                                            f"measures batch 1 to {MAX_PLAN_BATCH} and seq 1 to {MAX_PLAN_SEQ}.")
+                                            f"measures batch 1 to {MAX_BATCH} and seq 1 to {MAX_SEQ}.")
 
 
 def terms_of(contract: Contract) -> ContractTerms:

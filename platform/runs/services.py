@@ -28,6 +28,7 @@ from catalog.models import ModelVersion
 from dyno.dispatch import RUN_EXECUTE, report_enqueue, send
 from runs.figures import FIGURE_COLUMN, model_stable
 from runs.models import Run, RunEvent, RunKind, WorkloadResult
+from runs.shapes import MAX_BATCH, MAX_SEQ
 from runs.signals import run_ended_without_result
 from runs.status import FINISHED, Stage, Status, sources_of
 from runners.names import workload_names
@@ -35,8 +36,6 @@ from runners.names import workload_names
 log = logging.getLogger(__name__)
 
 PROFILES = ("cpu-ci", "cpu", "gpu")
-MAX_BATCH = 64
-MAX_SEQ = 8192
 
 
 class RunRejected(ValueError):
