@@ -34,10 +34,10 @@ from fleet.models import Runner, RunnerKey
 from fleet.services import (
     runner_calibration_record,
     runner_calibration_summary,
-    uncalibrated_summary,
     runner_heartbeat,
     runner_register,
     runner_stopped,
+    uncalibrated_summary,
 )
 from runs.models import Run, RunKind
 from runs.services import (
@@ -238,7 +238,8 @@ def _platform_says(result: dict[str, Any], worker: str) -> None:
     """What decides whether a result may bill is the platform's, not the runner's document: the
     calibration is the one this platform stored for the worker, judged by the platform
     (fleet.models.calibration_judged; none stored: an uncalibrated runner, or no block where the
-    operator turned DYNO_REQUIRE_RUNNER_CALIBRATION off, whatever the runner wrote), and an incomplete sandbox bills only if this platform allows runners to say so
+    operator turned DYNO_REQUIRE_RUNNER_CALIBRATION off, whatever the runner wrote), and an
+    incomplete sandbox bills only if this platform allows runners to say so
     (DYNO_SANDBOX_ALLOW_INCOMPLETE). Red team 16 (2026-12-06) stored a result whose sandbox block
     said `complete: false, operator_allowed_incomplete: true` and got a billable report, and a
     `runner_calibration` it wrote itself was kept for a worker with none stored."""

@@ -9,6 +9,24 @@ from django.db import models
 from django.utils import timezone
 
 
+def calibration_judged(calibration: dict) -> tuple[bool, str]:
+    """The platform's reading of a posted calibration: billable only where the runner's verdict says
+    so and its rows agree (at least one workload, every A/A control stable, the baseline accepted
+    against itself on each). A verdict of "billable" over no rows, or over unstable ones, is the
+    runner's word alone; the message says which."""
+    verdict = calibration.get("verdict") if isinstance(calibration.get("verdict"), dict) else {}
+    message = str(verdict.get("message") or "")
+    if verdict.get("billable") is not True:
+        return False, message
+    rows = calibration.get("workloads")
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+        return False, "the runner's calibration said billable but holds no workload rows: not taken"
+    bad = [str(r.get("key")) for r in rows if r.get("stable") is not True or r.get("baseline_verdict") != "accepted"]
+    if bad:
+        return False, f"the runner's calibration said billable over rows that are not ({', '.join(bad[:5])}): not taken"
+    return True, message
+
+
 class Runner(models.Model):
     hostname = models.CharField(max_length=200, unique=True)
     hardware = models.CharField(max_length=32, db_index=True)
@@ -41,24 +59,6 @@ class Runner(models.Model):
     @property
     def calibration_message(self) -> str:
         return calibration_judged(self.calibration)[1] if isinstance(self.calibration, dict) else ""
-
-
-def calibration_judged(calibration: dict) -> tuple[bool, str]:
-    """The platform's reading of a posted calibration: billable only where the runner's verdict says
-    so and its rows agree (at least one workload, every A/A control stable, the baseline accepted
-    against itself on each). A verdict of "billable" over no rows, or over unstable ones, is the
-    runner's word alone; the message says which."""
-    verdict = calibration.get("verdict") if isinstance(calibration.get("verdict"), dict) else {}
-    message = str(verdict.get("message") or "")
-    if verdict.get("billable") is not True:
-        return False, message
-    rows = calibration.get("workloads")
-    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
-        return False, "the runner's calibration said billable but holds no workload rows: not taken"
-    bad = [str(r.get("key")) for r in rows if r.get("stable") is not True or r.get("baseline_verdict") != "accepted"]
-    if bad:
-        return False, f"the runner's calibration said billable over rows that are not ({', '.join(bad[:5])}): not taken"
-    return True, message
 
     @property
     def online(self) -> bool:

@@ -23,7 +23,11 @@ def runner_register(*, hostname: str, queues: list[str], fingerprint: dict[str, 
         hostname=hostname,
         defaults={"hardware": hardware, "queues": queues, "fingerprint": fingerprint,
                   "fingerprint_sha256": fingerprint_digest(fingerprint), "registered_at": now,
-                  "last_heartbeat": now, "stopped_at": None, "key": key},
+                  "last_heartbeat": now, "stopped_at": None, "key": key,
+                  # A calibration belongs to one start of the runner (registration happens only
+                  # then): a restarted runner, perhaps on other hardware or with its calibration
+                  # off, measures uncalibrated until it posts a new one.
+                  "calibration": None, "calibrated_at": None},
     )
     log.info("runner %s registered for %s", hostname, hardware)
     return runner

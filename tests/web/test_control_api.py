@@ -163,6 +163,9 @@ def test_an_outcome_is_stored_once_with_the_runners_calibration(live_server, que
     run.refresh_from_db()
     assert run.status == Status.SUCCEEDED and run.events.filter(message="succeeded").count() == 1
     assert run.result["environment"]["runner_calibration"]["billable"] is True
+    # A calibration belongs to one start: the runner registering again (a restart) holds none.
+    client.register(hostname="w1@host", queues=["cpu"], fingerprint={"device": "cpu"})
+    assert Runner.objects.get(hostname="w1@host").calibration_billable is None
     with pytest.raises(ControlRefused) as refused:
         client.request(f"runs/{run.pk}/succeed", {"worker": "w1@host", "result": [1, 2]})
     assert refused.value.status == 400 and "`result` must be a JSON object" in refused.value.message
@@ -419,8 +422,9 @@ def test_the_fleet_page_shows_runner_keys_and_which_key_each_runner_holds_never_
     assert "h200-pool" in page and "gpu-h200" in page and "cpu-pool" in page and "revoked" in page
     assert "cpu0@box" in page and token not in page and cpu_token not in page
     assert "dyno_runner_" not in page
-    # A runner that never calibrated is said to bill nothing (the platform's default rule).
-    assert "not calibrated: its figures do not bill" in page
+    # A runner that never calibrated is said to bill nothing (the platform's default rule); it has
+    # just registered, so it is online.
+    assert "not calibrated: its figures do not bill" in page and ">online<" in page
 
 
 def test_without_the_requirement_a_runner_with_no_calibration_records_none(live_server, queued, runner_token, settings):
