@@ -121,6 +121,23 @@ def _left(deadline: float) -> float:
     return deadline - time.monotonic()
 
 
+def _tracker(record: dict[str, Any], state: dict) -> Callable[[float, str], None]:
+    """An audit's progress callback: the phase's record keeps the last note and when it came (saved
+    at most every 5 s), so a phase stopped at its hard stop says which round of which audit it was
+    in (on the H100 run of 2026-12-06 three phases overran and said only where Python was)."""
+    began = time.monotonic()
+    last_save = [0.0]
+
+    def note(fraction: float, message: str) -> None:
+        now = time.monotonic()
+        record["last_note"] = {"at_s": round(now - began, 1), "note": message[:300]}
+        if now - last_save[0] > 5.0:
+            last_save[0] = now
+            state["save"]()
+
+    return note
+
+
 # --- machine ---------------------------------------------------------------------------------------
 
 
@@ -302,7 +319,7 @@ def phase_harness(record: dict[str, Any], deadline: float, *, profile: str, devi
             record.setdefault("not_reached", []).append(name)
             continue
         began = time.monotonic()
-        document = run_suite(profile, workloads=[name], device=device, seed=17)
+        document = run_suite(profile, workloads=[name], device=device, seed=17, progress=_tracker(record, state))
         state.setdefault("sandbox", document.get("sandbox"))
         for entry in document["workloads"]:
             rows.append({**_entry_row(entry), "seconds": round(time.monotonic() - began, 1)})
@@ -337,7 +354,8 @@ def phase_optimizer(record: dict[str, Any], deadline: float, *, profile: str, de
                 continue
             document = run_optimized_suite(profile, workloads=[name], device=device,
                                            cache_path=Path(scratch) / "tuning.jsonl", budget_s=budget, seed=23,
-                                           reference_points=points if _left(deadline) > 90 else points[:1])
+                                           reference_points=points if _left(deadline) > 90 else points[:1],
+                                           progress=_tracker(record, state))
             for entry in document["workloads"]:
                 rows.append(_optimizer_row(entry, copy_gb_per_s))
             state["save"]()
@@ -388,7 +406,8 @@ def phase_cheats(record: dict[str, Any], deadline: float, *, profile: str, devic
         if _left(deadline) < 8:
             record.setdefault("not_reached", []).append(path.name)
             continue
-        document = audit_candidate(header["workload"], path.read_text(), profile=profile, device=device, seed=7)
+        document = audit_candidate(header["workload"], path.read_text(), profile=profile, device=device, seed=7,
+                                   progress=_tracker(record, state))
         expected = header.get("verdict", "rejected").replace("no-gain", "accepted")
         codes = sorted({r.get("code") for w in document["workloads"] for r in w.get("reasons") or []})
         rows.append({"cheat": path.name, "expected": expected, "verdict": document["verdict"], "codes": codes,

@@ -253,9 +253,10 @@ def judge_determinism(
     for index, (a, b, ref, mask) in enumerate(zip(first, second, refs, masks)):
         if tuple(a.shape) != tuple(b.shape):
             return [Reason("correctness.nondeterministic", f"{where}, output {index}: shapes differ between calls")]
-        # Measure the disagreement on the reference's scale, so the bound means the same as for correctness.
-        diff = (a.to(torch.float64) - b.to(torch.float64)).abs()
-        ref64 = ref.to(device=diff.device, dtype=torch.float64)
+        # Measure the disagreement on the reference's scale, so the bound means the same as for
+        # correctness; on the reference's device (a GPU audit's references stay on the GPU).
+        diff = (a.to(device=ref.device, dtype=torch.float64) - b.to(device=ref.device, dtype=torch.float64)).abs()
+        ref64 = ref.to(torch.float64)
         finite = torch.isfinite(ref64) & torch.isfinite(diff)
         if mask is not None:
             finite &= mask.to(diff.device)

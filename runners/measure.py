@@ -88,6 +88,11 @@ class Protocol:
     # time budget (runners.modelaudit.PHASE_BUDGET_S): forward passes of small models are cheap,
     # and the A/A interval narrows with the square root of the rounds.
     model_rounds_factor: int = 1
+    # The whole-model audit's sample length (0: target_sample_s). On `gpu` a tiny Llama's forward
+    # is ~4-5 ms of launches, so the kernel target (2 ms) made every sample one forward, each one
+    # a first call after the other arms ran; its A/A read 0.90 [0.84, 0.95] and 1.06
+    # [0.91, 1.18] on an H100 (2026-12-06) and was unstable on the H200 too (2026-12-04).
+    model_target_sample_s: float = 0.0
     # Kernel audits: while the A/A control's 95% CI is wider than +- aa_target_half_width, measure
     # `extend_rounds` more rounds, up to `max_rounds_factor` x `rounds` (0: never). The rule reads
     # only the trusted workers' samples, never the candidate's, and every added round is checked
@@ -209,6 +214,7 @@ _PROTOCOLS: dict[str, Protocol] = {
         input_budget_bytes=256 << 20,
         discount_preemption=False,
         model_rounds_factor=3,
+        model_target_sample_s=0.03,
         model_reference_points=("torch-compile",),
         aa_target_half_width=0.015,
         max_rounds_factor=3,

@@ -321,7 +321,7 @@ def audit_model_forward(
                      "rounds_up_to": protocol.rounds * protocol.model_rounds_factor if extend else protocol.rounds,
                      "aa_tolerance": protocol.aa_tolerance, "threads": protocol.worker_threads(),
                      "discount_preemption": protocol.discount_preemption and device == "cpu" and protocol.worker_threads() == 1,
-                     "target_sample_s": protocol.target_sample_s},
+                     "target_sample_s": _model_target_s(protocol)},
         "reference_points": list(references),
         "sandbox": {"user": sandbox_info.get("user"), "landlock_abi": sandbox_info.get("landlock_abi"),
                     "protections": sandbox_info.get("protections"), "complete": sandbox_info.get("complete")},
@@ -381,6 +381,10 @@ def _errored(outcome: _PhaseOutcome, exc: SandboxError) -> None:
                  verdict="rejected" if code.startswith("integrity.") else "error")
 
 
+def _model_target_s(protocol: Protocol) -> float:
+    return protocol.model_target_sample_s or protocol.target_sample_s
+
+
 def _calibrate(worker: Worker, protocol: Protocol, *, phase: str, vocab: int, batch: int, seq: int,
                seed: int, device: str, first_tokens: int) -> tuple[int, float, float]:
     """Calls (decode: steps) per sample so that the baseline's sample lasts about
@@ -398,7 +402,7 @@ def _calibrate(worker: Worker, protocol: Protocol, *, phase: str, vocab: int, ba
     record = stepped_sample(worker, reveal, timeout=timeout, discount=discount, bill_from=head + 1, freeze=freeze)
     per_call, head_s = record.per_call_s, sum(record.windows_ns[:head]) / 1e9
     worker.call("release", timeout=timeout)
-    calls = max(1, min(MAX_CALLS_PER_SAMPLE, protocol.max_calls, math.ceil(protocol.target_sample_s / per_call)))
+    calls = max(1, min(MAX_CALLS_PER_SAMPLE, protocol.max_calls, math.ceil(_model_target_s(protocol) / per_call)))
     # A sample that does not bill its first step has at least two, and one more for the one it does not bill.
     if _decode_bills_from(phase, first_tokens):
         calls = max(2, calls + 1)

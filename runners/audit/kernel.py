@@ -446,12 +446,16 @@ class KernelAudit:
             ))
 
     def _reference(self, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-        """The float64 reference for a call's inputs, computed on the audit's device (a GPU
-        profile's GEMM in float64 takes a second on the host's CPUs, milliseconds on the GPU)."""
+        """The float64 reference for a call's inputs, computed and kept on the audit's device: the
+        comparisons (checks.compare_tensors, judge_determinism) run where the reference is. A GPU
+        profile's GEMM in float64 takes a second on the host's CPUs, milliseconds on the GPU; and
+        with the references copied back to the host (until 2026-12-06), the float64 comparisons
+        of a dozen challenged 64 MiB outputs a round ran on its CPUs: on an H100 no kernel audit
+        finished inside the GPU check's phases (benchmarks/results/gpu-check-h100-2026-12-06.json,
+        every phase stopped inside compare_tensors)."""
         if not self.device.startswith("cuda"):
             return _as_tuple(suite.reference(self.spec, args))
-        refs = _as_tuple(suite.reference(self.spec, tuple(a.to(self.device) for a in args)))
-        return tuple(r.cpu() for r in refs)
+        return _as_tuple(suite.reference(self.spec, tuple(a.to(self.device) for a in args)))
 
     def _challenge_count(self, calls: int) -> int:
         return min(calls, max(self.protocol.verify_per_round, min(16, math.ceil(self.protocol.verify_share * calls))))

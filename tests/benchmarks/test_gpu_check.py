@@ -33,6 +33,9 @@ def test_the_dry_run_passes_every_phase_and_writes_its_figures(tmp_path):
     assert tuned["verdict"] == "accepted" and tuned["speedup"] > 0 and tuned["over_torch_compile"] > 0
     assert 0 < tuned["share_of_copy_bandwidth"]
     assert [row["as_expected"] for row in phases["cheats"]["cheats"]] == [True]
+    # Each audit phase keeps its audits' last progress note: an overrun phase says where it was.
+    for name in ("harness", "optimizer", "cheats"):
+        assert phases[name]["last_note"]["note"] and phases[name]["last_note"]["at_s"] > 0, phases[name].get("last_note")
     assert "protections" in phases["sandbox"]["sandbox"]
     # The whole-model audit, eager against eager: both phases accepted at about 1x, with an A/A control.
     assert [(p["phase"], p["verdict"]) for p in phases["model"]["phases"]] == [("prefill", "accepted"), ("decode", "accepted")]
