@@ -103,12 +103,13 @@ def _calibrate_self(hostname: str, hardware: str) -> None:
     """Ask this worker (its own direct queue: no other worker takes it) to calibrate itself."""
     from celery.utils.nodenames import worker_direct
 
-    from fleet.tasks import calibration_profile, runner_calibrate
+    from fleet.tasks import begin_start, calibration_profile, calibration_workloads, runner_calibrate
 
+    begin_start(hostname)  # before anything is consumed: no run of this start is measured uncalibrated
     profile = calibration_profile(hardware) if hardware in settings.DYNO_HARDWARE_CLASSES else None
     if profile is None:
         return
-    workloads = [w for w in settings.DYNO_RUNNER_CALIBRATION_WORKLOADS.split(",") if w] or None
+    workloads = calibration_workloads()
     try:
         runner_calibrate.apply_async(args=[profile, workloads, hardware], queue=worker_direct(hostname))
     except Exception:

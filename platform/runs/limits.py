@@ -88,6 +88,13 @@ class StageClock:
         if self._signals:
             signal.setitimer(signal.ITIMER_REAL, soft)
 
+    def restart(self) -> None:
+        """Count the current stage's limits from now: the runner's own calibration, taken inside a
+        run's first stage (fleet.tasks.calibrate_before_measuring), is not the run's time."""
+        stage, self.stage = self.stage, None
+        if stage is not None:
+            self.enter(stage)
+
     def check(self) -> None:
         """Raise if the current stage is past its soft limit (for threads that get no signal)."""
         if self.stage is not None and time.monotonic() - self._started > self.limits[self.stage][0]:

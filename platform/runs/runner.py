@@ -32,6 +32,7 @@ from django.conf import settings
 from dyno.dispatch import RUN_EXECUTE
 from fleet.control_client import ControlClient, ControlRefused, ControlUnavailable, RunNotHeld, backoff_seconds
 from fleet.fingerprints import fingerprint_digest
+from fleet.tasks import calibrate_before_measuring
 from runs.limits import StageClock, time_limit_error
 from runs.status import Stage
 from runners.fingerprint import gpu_uuid
@@ -227,6 +228,9 @@ def run_execute(self, run_id: str) -> None:
             device = device_for(job["hardware"])
             with device_lock(device):
                 check_fingerprint(worker, device, claim.get("registered_fingerprint_sha256"))
+                if calibrate_before_measuring(job["hardware"], worker,
+                                              lambda message: progress(0.01, message, state.stage)):
+                    clock.restart()
                 execute = _execute_audit if job["kind"] == "audit" else _execute_model
                 outcome = execute(job, device, progress, worker=worker, control=control)
             progress(0.97, "storing results", Stage.STORE)

@@ -26,6 +26,35 @@ def test_a_starting_runner_calibrates_itself_and_the_fleet_page_shows_it(start_w
     assert calibration["verdict"]["message"][:40] in page
 
 
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_a_run_waiting_when_its_runner_starts_is_measured_after_the_runner_calibrates(make_org, start_worker):
+    """A run already queued when a runner starts is consumed before (or beside) the runner's own
+    calibration task: the run calibrates the runner first, so its result carries this start's
+    calibration rather than "not calibrated" (which did not bill: a payer's lever)."""
+    from accounts.selectors import Actor
+    from runs.models import Run, RunEvent
+    from runs.services import audit_start
+
+    from .test_audits import HONEST
+
+    org = make_org()
+    run = audit_start(actor=Actor(roles={org.pk: "owner"}), organization_id=org.pk, workload="rmsnorm",
+                      source=HONEST, hardware="cpu")
+    worker = start_worker(DYNO_RUNNER_CALIBRATION="cpu-ci", DYNO_RUNNER_CALIBRATION_WORKLOADS="rmsnorm")
+    wait_for(lambda: Run.objects.get(pk=run.pk).finished, timeout=300, interval=1, what="the audit")
+    run.refresh_from_db()
+    assert run.status == "succeeded", run.error
+    stored = run.result["environment"]["runner_calibration"]
+    assert stored["profile"] == "cpu-ci" and stored["calibrated_at"], stored
+    runner = Runner.objects.get(hostname=worker.name)
+    assert runner.calibration["profile"] == "cpu-ci"
+    # Calibrated once in this start, whichever process took it first.
+    notes = list(RunEvent.objects.filter(run=run, message__startswith="calibrating this runner").values_list("at", flat=True))
+    if notes:  # the run took it: the runner's calibration was stored after the note, before the result
+        assert notes[0] <= runner.calibrated_at <= run.finished_at
+
+
 def test_a_result_from_a_runner_that_failed_calibration_signs_but_does_not_bill():
     from reports.document import billing_statement, model_figure
     from tests.reports.builders import synthetic_result

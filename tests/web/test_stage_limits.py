@@ -53,6 +53,19 @@ def test_entering_a_new_stage_restarts_the_clock_and_reentering_the_same_one_doe
     assert clock.expired == ("optimize", 0.6)
 
 
+def test_restart_counts_the_current_stage_from_now():
+    """A runner's calibration inside a run's first stage is not the run's time."""
+    with _clock({"profile": (0.6, 60)}) as clock:
+        clock.enter("profile")
+        _spin(0.4)
+        clock.restart()  # a fresh 0.6 s: 0.8 s in all passes without a limit
+        _spin(0.4)
+        assert clock.expired is None and clock.stage == "profile"
+        with pytest.raises(SoftTimeLimitExceeded):
+            _spin(0.5)
+    assert clock.expired == ("profile", 0.6)
+
+
 def test_check_raises_for_a_thread_that_gets_no_signal():
     raised: list[BaseException] = []
 
