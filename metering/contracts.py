@@ -108,7 +108,7 @@ def contract_terms_from(data: Mapping[str, Any]) -> ContractTerms:
 
 
 def _shape(plan: Mapping[str, Any]) -> tuple[int | None, int | None]:
-    """The plan's batch and sequence length: both whole numbers, or neither."""
+    """The plan's batch and sequence length, each a whole number or None."""
     found = {}
     for name in ("batch", "seq"):
         value = plan.get(name)
@@ -120,10 +120,7 @@ def _shape(plan: Mapping[str, Any]) -> tuple[int | None, int | None]:
                                                 f"{'batch size' if name == 'batch' else 'sequence length'} the model "
                                                 "is measured and billed at).")
         found[name] = int(str(value).strip())
-    if (found["batch"] is None) != (found["seq"] is None):
-        raise BillingError("invalid_field", "measurement_plan pins batch and seq together (the shape the model is "
-                                            "measured and billed at), or neither.")
-    return found["batch"], found["seq"]
+    return found["batch"], found["seq"]  # together or neither: contract_terms_check
 
 
 def contract_terms_check(terms: ContractTerms) -> None:
@@ -168,7 +165,8 @@ def contract_terms_check(terms: ContractTerms) -> None:
         raise BillingError("missing_field", "the measurement plan needs baseline: the billed baseline as agreed "
                                             "(e.g. \"eager PyTorch with standard ops\").")
     if (terms.batch is None) != (terms.seq is None):
-        raise BillingError("invalid_field", "measurement_plan pins batch and seq together, or neither.")
+        raise BillingError("invalid_field", "measurement_plan pins batch and seq together (the shape the model is "
+                                            "measured and billed at), or neither.")
     if terms.batch is not None and terms.seq is not None and not (
             1 <= terms.batch <= MAX_BATCH and 1 <= terms.seq <= MAX_SEQ):
         raise BillingError("invalid_field", f"measurement_plan's shape is batch {terms.batch} x seq {terms.seq}: a run "

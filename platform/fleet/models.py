@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import cached_property
 
 from django.conf import settings
 from django.db import models
@@ -49,16 +50,20 @@ class Runner(models.Model):
     def __str__(self) -> str:
         return self.hostname
 
+    @cached_property
+    def _calibration_judged(self) -> tuple[bool | None, str]:
+        """(billable, message) once calibrated; (None, "") while never calibrated (or it is off)."""
+        if not isinstance(self.calibration, dict):
+            return None, ""
+        return calibration_judged(self.calibration)
+
     @property
     def calibration_billable(self) -> bool | None:
-        """True or False once calibrated; None while never calibrated (or calibration is off)."""
-        if not isinstance(self.calibration, dict):
-            return None
-        return calibration_judged(self.calibration)[0]
+        return self._calibration_judged[0]
 
     @property
     def calibration_message(self) -> str:
-        return calibration_judged(self.calibration)[1] if isinstance(self.calibration, dict) else ""
+        return self._calibration_judged[1]
 
     @property
     def online(self) -> bool:
