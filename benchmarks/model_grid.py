@@ -71,6 +71,13 @@ def verdict(row: dict) -> str:
     missed = []
     if not dyno.get("billable"):
         missed.append("not billable")
+    # A phase the audit refused leaves the model with no billed figure at all (runners.modelplan:
+    # billed_model_block), whatever prefill measured.
+    refused = [phase for phase, figure in (row.get("dyno") or {}).items()
+               if phase != "prefill" and isinstance(figure, dict) and figure.get("verdict") in ("rejected", "error")]
+    if refused:
+        missed.append(", ".join(f"{phase} {(row['dyno'][phase]).get('verdict')}" for phase in refused)
+                      + ": the model bills nothing")
     if low is None or low < TARGET_EAGER:
         missed.append(f"eager {low:.2f}" if low is not None else "eager -")
     if low_ref is None or low_ref < TARGET_COMPILE:
