@@ -303,7 +303,7 @@ def _self_cpu_ns() -> int:
 class CpuLedger:
     """Attributes each worker's kernel-reported CPU time to the phase it was in, round by round."""
 
-    PHASES = ("idle", "prepare", "window", "fetch", "check")
+    PHASES = ("idle", "prepare", "window", "fetch", "check", "release")
 
     def __init__(self) -> None:
         self._last: dict[int, tuple[int, str]] = {}

@@ -500,8 +500,15 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
             records.update(engine.run(lambda slot: step(slot, lambda: sample(slot))))
             _check_round(outcome, slots, records, protocol, round_index=round_index, rng=check_rng, calls=head + calls,
                          batch=batch, commit_seed=commit_seed, device=device, timeout=limit, compare_aa=round_index == 0)
+            def release(slot: _Slot) -> None:
+                # Booked apart (and judged with idle): what dropping the round's outputs and caches
+                # costs, which the idle rule counts as work outside the windows.
+                ledger.enter(slot.worker, "release")
+                slot.worker.call("release", timeout=limit)
+                ledger.enter(slot.worker, "idle")
+
             for slot in list(ordered):
-                step(slot, lambda slot=slot: slot.worker.call("release", timeout=limit))
+                step(slot, lambda slot=slot: release(slot))
                 if freezes and slot in ordered:
                     step(slot, slot.worker.freeze)  # until the next round's prepare
             if outcome.verdict != "accepted":
@@ -577,10 +584,12 @@ def _judge_background(outcome: _PhaseOutcome, slots: dict[str, _Slot], ledger: m
     measured = slice(warmup, None)
     optimized = slots["optimized"].worker
     trusted = [slots["baseline"].worker, slots["aa"].worker]
-    idle_c = ledger.per_round(optimized, "idle")[measured]
+    idle_c = ledger.per_round(optimized, "idle", "release")[measured]
     prep_c = ledger.per_round(optimized, "prepare")[measured]
     window_c = ledger.per_round(optimized, "window")[measured]
-    idle_t = [sum(v) / len(v) for v in zip(*(ledger.per_round(w, "idle")[measured] for w in trusted))]
+    idle_t = [sum(v) / len(v) for v in zip(*(ledger.per_round(w, "idle", "release")[measured] for w in trusted))]
+    release_c = ledger.per_round(optimized, "release")[measured]
+    release_t = [sum(v) / len(v) for v in zip(*(ledger.per_round(w, "release")[measured] for w in trusted))]
     prep_t = [sum(v) / len(v) for v in zip(*(ledger.per_round(w, "prepare")[measured] for w in trusted))]
     if not idle_c or len(idle_t) != len(idle_c) or len(prep_t) != len(prep_c):
         return
@@ -600,6 +609,10 @@ def _judge_background(outcome: _PhaseOutcome, slots: dict[str, _Slot], ledger: m
     idle = stats.median_ci([c - t for c, t in zip(idle_c, idle_t)], seed=suite.derive_seed(seed, "idle") & 0xFFFFFFFF, **options)
     idle_allowed = protocol.background_cpu_abs_s + protocol.background_cpu_rel * stats.median(window_c)
     outcome.background["idle_s"] = [idle.point, idle.low, idle.high]
+    # Of which, the median excess in the release of the round's outputs and caches (a diagnostic:
+    # an honest compiled mamba at 8x512 was refused for 2.3 ms of idle CPU a round, 2026-12-06).
+    if release_c and len(release_t) == len(release_c):
+        outcome.background["release_s"] = stats.median([c - t for c, t in zip(release_c, release_t)])
     outcome.background["idle_allowed_s"] = idle_allowed
     if idle.low > idle_allowed:
         outcome.fail(Reason("integrity.background_cpu", f"{outcome.phase}: the optimized model's worker used {idle.point * 1e3:.1f} ms "

@@ -378,16 +378,50 @@ def test_compile_options_translate_the_guard_policy_and_refuse_an_unknown_one():
         compile_kwargs({"dynamic": False, "guards": "none"})
 
 
-def test_only_options_beyond_torch_compile_put_a_call_around_the_compiled_forward():
+def test_the_call_around_a_compiled_forward_carries_the_options_beyond_torch_compile():
     from optimizer import attention
     from optimizer.model import FIXED_MODULES, _ArtifactCall
 
     model, compiled = torch.nn.Linear(2, 2), (lambda *args, **kwargs: None)
-    assert _ArtifactCall.wrap(model, compiled, {"dynamic": False, "options": {"cpp_wrapper": True}}) is compiled
+    plain = _ArtifactCall.wrap(model, compiled, {"dynamic": False, "options": {"cpp_wrapper": True}})
+    assert isinstance(plain, _ArtifactCall) and not plain.fixed_modules and plain.switched is None
     fixed = _ArtifactCall.wrap(model, compiled, {"dynamic": False, "guards": FIXED_MODULES})
     assert isinstance(fixed, _ArtifactCall) and fixed.fixed_modules and fixed.switched is None
     switched = _ArtifactCall.wrap(model, compiled, {"dynamic": False, "attention": attention.POLICY})
     assert isinstance(switched, _ArtifactCall) and not switched.fixed_modules and switched.switched is not None
+
+
+def test_a_compiled_forwards_cache_tensors_are_copied_out_of_the_graphs_buffers():
+    """A cache tensor that is a slice of a graph's buffer (the compiled sample Mamba's convolution
+    states held 64 MiB of a batch 8 x seq 512 prompt) would keep the buffer alive for a whole
+    generation; the artifact's call copies it out, leaves compact ones alone, and the values stay."""
+    from optimizer.model import _ArtifactCall
+
+    class Layer:
+        def __init__(self) -> None:
+            buffer = torch.randn(8, 512, 1024)  # 16 MiB
+            self.conv_states = {0: buffer[:, -4:, :]}  # 128 KiB of it
+            self.recurrent_states = {0: torch.randn(8, 64)}
+            self.keys = [buffer[:, :, :2]]  # a 32 KiB strided view of it
+
+    class Cache:
+        def __init__(self) -> None:
+            self.layers = [Layer(), Layer()]
+
+    cache = Cache()
+    before = {id(layer): (layer.conv_states[0].clone(), layer.recurrent_states[0]) for layer in cache.layers}
+    call = _ArtifactCall.wrap(torch.nn.Linear(2, 2), lambda **kwargs: {"logits": torch.zeros(1), "cache": cache}, {})
+    out = call(input_ids=torch.zeros(1, 1, dtype=torch.long), use_cache=True)
+    for layer in out["cache"].layers:
+        conv, recurrent = layer.conv_states[0], layer.recurrent_states[0]
+        assert conv.untyped_storage().nbytes() == conv.nbytes and torch.equal(conv, before[id(layer)][0])
+        assert recurrent is before[id(layer)][1]  # compact already: the same tensor
+        assert layer.keys[0].untyped_storage().nbytes() == layer.keys[0].nbytes
+    # Without a cache asked for, nothing is touched.
+    pinned = Cache()
+    call = _ArtifactCall.wrap(torch.nn.Linear(2, 2), lambda **kwargs: {"cache": pinned}, {})
+    call(input_ids=torch.zeros(1, 1, dtype=torch.long))
+    assert pinned.layers[0].conv_states[0].untyped_storage().nbytes() == 16 << 20
 
 
 @pytest.mark.slow

@@ -155,6 +155,9 @@ def test_work_hoisted_before_the_calls_that_use_it_is_rejected(sample_models, op
                             rounds=8), "prefill")
     assert prefill["verdict"] == "rejected", (prefill["verdict"], prefill.get("background"))
     assert [r["code"] for r in prefill["reasons"]] == ["integrity.background_cpu"]
+    if op == "op_release":  # judged as idle, and shown apart as the release's share
+        background = prefill["background_cpu"]
+        assert background["release_s"] > 0.0004 and background["idle_s"][1] > background["idle_allowed_s"], background
 
 
 # Adversaries against the stepped protocol (runners.audit.model_sample), one per way a paid party
