@@ -78,6 +78,12 @@ def verdict(row: dict) -> str:
     if refused:
         missed.append(", ".join(f"{phase} {(row['dyno'][phase]).get('verdict')}" for phase in refused)
                       + ": the model bills nothing")
+    # Likewise an unstable A/A control in any phase: the billed figure is stable only if all are.
+    unstable = [phase for phase, figure in (row.get("dyno") or {}).items()
+                if phase != "prefill" and isinstance(figure, dict) and figure.get("verdict") == "accepted"
+                and figure.get("aa_stable") is False]
+    if unstable:
+        missed.append(", ".join(f"{phase} A/A unstable" for phase in unstable) + ": the model bills nothing")
     if low is None or low < TARGET_EAGER:
         missed.append(f"eager {low:.2f}" if low is not None else "eager -")
     if low_ref is None or low_ref < TARGET_COMPILE:

@@ -29,4 +29,6 @@ def test_a_cell_meets_its_targets_only_where_no_phase_was_refused():
     refused = grid.verdict(_row({"verdict": "rejected", "speedup": None, "ci95": None}))
     assert refused.startswith("missed") and "decode rejected" in refused
     assert "decode error" in grid.verdict(_row({"verdict": "error", "speedup": None, "ci95": None}))
+    unstable = grid.verdict(_row({"verdict": "accepted", "speedup": 1.6, "ci95": [1.4, 1.9], "aa_stable": False}))
+    assert unstable.startswith("missed") and "decode A/A unstable" in unstable
     assert grid.verdict(_row({"verdict": "accepted", "speedup": 0.9, "ci95": [0.85, 0.95]})).startswith("slower")
