@@ -161,15 +161,10 @@ def _compact_cache(output: Any) -> None:
     Mamba's convolution states: 0.16 MiB of state held 64 MiB of a prompt's activations at batch 8
     x seq 512), which then lives as long as the cache: freed only when the caller drops it, after
     a whole generation instead of inside the forward that made it. Eager returns compact tensors."""
-    cache = None
-    if isinstance(output, dict) or hasattr(output, "get"):
-        for name in ("cache", "past_key_values", "cache_params"):
-            try:
-                cache = output.get(name)
-            except Exception:  # a ModelOutput without the key, or not a mapping after all
-                cache = None
-            if cache is not None:
-                break
+    if not isinstance(output, dict):  # transformers' ModelOutput is one
+        return
+    cache = next((output[name] for name in ("cache", "past_key_values", "cache_params")
+                  if output.get(name) is not None), None)
     if cache is None:
         return
     holders = list(getattr(cache, "layers", None) or []) or [cache]

@@ -46,13 +46,16 @@ def _state_file(hostname: str, kind: str) -> Path:
     return Path(settings.VAR_DIR) / "runner-starts" / f"{safe}.{kind}"
 
 
-def begin_start(hostname: str) -> str:
-    token = secrets.token_hex(16)
-    path = _state_file(hostname, "start")
+def _write(path: Path, token: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_name(path.name + ".new")
     staging.write_text(token)
     staging.replace(path)
+
+
+def begin_start(hostname: str) -> str:
+    token = secrets.token_hex(16)
+    _write(_state_file(hostname, "start"), token)
     return token
 
 
@@ -86,10 +89,7 @@ def calibrate_and_post(profile: str, workloads: list[str] | None, hardware: str,
                     "verdict": {"billable": False, "message": f"calibration could not run: {exc}"[:500]}}
     ControlClient().calibration(hostname=hostname, calibration=document)
     if start is not None:
-        path = _state_file(hostname, "calibrated")
-        staging = path.with_name(path.name + ".new")
-        staging.write_text(start)
-        staging.replace(path)
+        _write(_state_file(hostname, "calibrated"), start)
     return document
 
 
