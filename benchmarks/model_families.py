@@ -62,6 +62,7 @@ def _phases(block: dict[str, Any]) -> dict[str, Any]:
             "note": phase.get("note"),
             "billed_from_call": phase.get("billed_from_call"),
             "unbilled_call_per_billed_call": phase.get("unbilled_call_per_billed_call") or None,
+            "unbilled_call_excess": phase.get("unbilled_call_excess"),
             # What the optimized worker's CPU outside its windows and what it left behind read
             # (runners.modelaudit: background_cpu, left_behind), against which the verdict was judged.
             "background_cpu": phase.get("background_cpu") or None,

@@ -115,6 +115,9 @@ class _PhaseOutcome:
     held_samples: list[bool] = field(default_factory=list)  # every measured sample of every arm: held between its calls
     after_reply_s: dict[str, list[float]] = field(default_factory=dict)  # per round: CPU from the last reply to the freeze
     unbilled_calls: dict[str, list[float]] = field(default_factory=dict)  # per round: unbilled steps' windows / billed per-call time
+    # Per round: (unbilled steps' window, billed per-call time), seconds (_judge_unbilled_call)
+    unbilled_s: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    unbilled_excess: list[float] | None = None  # [point, low, high] in the optimized model's billed calls
     # Per round, each arm's first window (s): decode's prompt; prefill's first call (the prompt's scale)
     first_window_s: dict[str, list[float]] = field(default_factory=dict)
     prompt: dict[str, Any] = field(default_factory=dict)  # the figures _judge_prompt judged
@@ -525,6 +528,7 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
                     unbilled = sum(record.windows_ns[head:bill_from])
                     if unbilled:
                         outcome.unbilled_calls.setdefault(label, []).append(unbilled / 1e9 / record.per_call_s)
+                        outcome.unbilled_s.setdefault(label, []).append((unbilled / 1e9, record.per_call_s))
         for slot in ordered:
             ledger.enter(slot.worker, "idle")
         outcome.slots = samples
@@ -671,38 +675,51 @@ def _judge_left_behind(outcome: _PhaseOutcome, protocol: Protocol, *, seed: int)
                             "behind that slows the next window"))
 
 
-# How many billed calls' worth the optimized worker's unbilled first call may take beyond what the
-# trusted workers' take (lower bound of a bootstrap CI of the median over rounds). Only models
+# How many of its own billed calls' worth the optimized worker's unbilled first call may take
+# beyond the trusted workers' first call (lower bound of a bootstrap CI of the median over rounds),
+# the trusted workers' cost beyond their own billed call carried over in seconds. Only models
 # whose decode steps over a recurrent state have an unbilled call (runners.modelaudit._decode_bills_from).
 # A red team's table of every second token, finished in the first call of the tiny Llama when its
-# first call was unbilled too, needed 0.7 more and billed decode at 1.03-1.05x under a limit of 1;
-# at 0.25 the honest compiled Mamba sample was rejected (its first step after the prompt's prefill
-# 1.25-1.3 of its later ones, eager's 1.07, in process, 2026-12-05; in the audit at 0.5 it read
-# 1.77 billed calls against the trusted workers' 1.41 and 1.39, accepted: an honest compiled
-# artifact sits 0.2-0.4 above, close to the limit). A next-token table over a
-# recurrent state is a step of vocabulary x batch rows: on the development VM 512 rows cost about
-# 26 two-row steps, so 0.5 pays for 2% of the vocabulary (a saving of 2% of one call). Where rows
-# are nearly free (a GPU) a table under 0.5 could save up to half a call of the sample: the residual.
+# first call was unbilled too, needed 0.7 more and billed decode at 1.03-1.05x under a limit of 1.
+# A next-token table over a recurrent state is a step of vocabulary x batch rows: on the
+# development VM 512 rows cost about 26 two-row steps, so 0.5 pays for 2% of the vocabulary (a
+# saving of 2% of one call). Where rows are nearly free (a GPU) a table under 0.5 could save up to
+# half a call of the sample: the residual.
+#
+# Why seconds, not ratios: the first step after the prompt pays for caches the prompt left cold,
+# about the same time for every arm (the same weights and state). Until 2026-12-06 (thirteenth session) the rule
+# compared ratios to each arm's own billed call, which counts that time as more calls the faster a
+# model is: the honest compiled Mamba at 2x512 read 2.58 against eager's 1.92 (excess 0.66) and
+# was refused, and Dyno's own `torch-compile` reference read 2.54 on the same audit. In seconds
+# the same artifact's excess is about 0. What that costs: an artifact that warms its caches at the
+# end of the prompt's window (judged with `prompt_slack`) could spend the trusted workers' cold
+# time, in the units of its own faster call, on work in the first call: with the ratio rule it
+# had 0.5 + C/s_trusted calls for that, with this one 0.5 + C/s_own; on the 2x512 Mamba that is
+# about 2 calls against 1.4, far from the 26 a table of the next token costs there.
 UNBILLED_CALL_EXCESS = 0.5
 
 
 def _judge_unbilled_call(outcome: _PhaseOutcome, protocol: Protocol, *, seed: int) -> None:
     """Decode's first call is timed but not billed (its input could be tabulated while preparing).
     The next call's input is its token on the cache that first call leaves, so a table for it
-    could only be built inside that first window: the first call, in units of the sample's billed
-    per-call time, may not take more than UNBILLED_CALL_EXCESS beyond the trusted workers' own."""
-    mine = outcome.unbilled_calls.get("optimized") or []
-    trusted = [outcome.unbilled_calls.get(label) or [] for label in ("baseline", "aa")]
+    could only be built inside that first window. Round by round, the optimized worker's first
+    window beyond its billed per-call time, less the trusted workers' (their mean, in seconds), in
+    units of the optimized worker's billed per-call time: the lower bound of the median's CI may
+    not exceed UNBILLED_CALL_EXCESS."""
+    mine = outcome.unbilled_s.get("optimized") or []
+    trusted = [outcome.unbilled_s.get(label) or [] for label in ("baseline", "aa")]
     if len(mine) < _MIN_JUDGED_ROUNDS or any(len(t) != len(mine) for t in trusted):
         return
-    excess = [m - (a + b) / 2 for m, a, b in zip(mine, *trusted)]
+    excess = [((window - per_call) - ((a_window - a_call) + (b_window - b_call)) / 2) / per_call
+              for (window, per_call), (a_window, a_call), (b_window, b_call) in zip(mine, *trusted)]
     bound = stats.median_ci(excess, seed=suite.derive_seed(seed, "unbilled") & 0xFFFFFFFF,
                             resamples=protocol.bootstrap_resamples, confidence=protocol.confidence)
+    outcome.unbilled_excess = [bound.point, bound.low, bound.high]
     if bound.low > UNBILLED_CALL_EXCESS:
         outcome.fail(Reason("integrity.unbilled_call_slow",
-                            f"{outcome.phase}: the optimized model's unbilled first call took {bound.point:.1f} billed calls' "
-                            f"worth more than the trusted workers' (at most {UNBILLED_CALL_EXCESS:g} allowed): the next call's "
-                            "input exists only after that call, so work for it done there is hidden work"))
+                            f"{outcome.phase}: the optimized model's unbilled first call took {bound.point:.1f} of its billed "
+                            f"calls' worth more than the trusted workers' first calls (at most {UNBILLED_CALL_EXCESS:g} "
+                            "allowed): the next call's input exists only after that call, so work for it done there is hidden work"))
 
 
 # How far the optimized model's prefill speed taken from its samples' cold first calls may stand
@@ -927,6 +944,10 @@ def _entry(outcome: _PhaseOutcome, protocol: Protocol, *, batch: int, seq: int, 
         # Decode: the prompt's prefill, the sample's first window, timed, judged and not billed.
         "prompt": outcome.prompt if outcome.phase == "decode" else None,
         "unbilled_call_per_billed_call": {label: fin(stats.median(v)) for label, v in outcome.unbilled_calls.items() if v},
+        # The optimized model's first call beyond the trusted workers' (seconds, in its billed calls):
+        # [point, low, high], judged against unbilled_call_excess_allowed
+        "unbilled_call_excess": [fin(v) for v in outcome.unbilled_excess] if outcome.unbilled_excess else None,
+        "unbilled_call_excess_allowed": UNBILLED_CALL_EXCESS if outcome.unbilled_excess else None,
         # What the optimized worker left behind for later windows (_judge_left_behind): interrupt
         # rates per arm and the trusted arms' excess; the next arm's slowdown [point, low, high].
         "left_behind": outcome.left_behind,

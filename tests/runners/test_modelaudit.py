@@ -493,6 +493,8 @@ def test_work_in_a_recurrent_models_unbilled_first_call_is_judged(tmp_path):
     assert [r["code"] for r in decode["reasons"]] == ["integrity.unbilled_call_slow"]
     ratios = decode["unbilled_call_per_billed_call"]
     assert ratios["optimized"] > ratios["baseline"] + 1.0, ratios
+    excess = decode["unbilled_call_excess"]  # 20 ms beyond the trusted workers' first call, in billed calls
+    assert excess[1] > decode["unbilled_call_excess_allowed"] and excess[0] > ratios["optimized"] - ratios["baseline"] - 1, excess
 
 
 def test_a_next_token_table_built_in_the_prompts_window_cannot_answer_decodes_first_step(sample_models):
@@ -578,6 +580,38 @@ def test_the_prompt_judge_scales_the_trusted_prompts_by_the_models_own_prefill_s
     expected_scale = 1.0 if prefill is None else min(prefill_first_ms, modelaudit.PROMPT_SCALE_CAP * per_call, 1.0)
     assert outcome.prompt["scale"] == pytest.approx(expected_scale)
     assert ("prefill phase" in outcome.prompt["basis"]) == (prefill is not None)
+
+
+@pytest.mark.parametrize("optimized_call_ms, optimized_first_ms, rejected", [
+    # Eager: 1.0 ms a billed step, 1.9 ms for the first after the prompt (0.9 ms of cold caches).
+    (1.0, 1.9, False),   # the same model
+    # The honest compiled Mamba at 2x512 (2026-12-06): a 1.6x faster step paying the same cold
+    # 0.9 ms. Its ratio 2.44 against eager's 1.9 was refused by the ratio rule; in seconds it is 0.
+    (0.625, 1.525, False),
+    (0.625, 1.525 + 0.2, False),  # 0.2 ms more: 0.32 of its calls, inside the allowance
+    (0.625, 1.525 + 0.5, True),   # 0.5 ms of hidden work (0.8 of its calls)
+    (0.625, 0.625 + 0.5, False),  # caches warmed in the prompt's window: the cold time buys 0.5 ms
+    (0.625, 0.625 + 1.4, True),   # and no more than that and the allowance
+    (1.5, 2.4, False),            # slower than eager: the same cold time, no excess
+])
+def test_decodes_unbilled_first_call_is_judged_in_seconds_of_work_beyond_the_trusted_workers(
+        optimized_call_ms, optimized_first_ms, rejected):
+    from runners import modelaudit
+
+    outcome = modelaudit._PhaseOutcome("decode")
+    rounds = 12
+    jitter = [1 + 0.01 * (r % 3) for r in range(rounds)]
+    outcome.unbilled_s = {
+        "baseline": [(1.9e-3 * j, 1.0e-3 * j) for j in jitter],
+        "aa": [(1.9e-3 / j, 1.0e-3 / j) for j in jitter],
+        "optimized": [(optimized_first_ms * 1e-3 * j, optimized_call_ms * 1e-3 * j) for j in jitter],
+    }
+    modelaudit._judge_unbilled_call(outcome, measure.protocol_for("cpu"), seed=5)
+    assert (outcome.verdict == "rejected") == rejected, outcome.unbilled_excess
+    expected = (optimized_first_ms - optimized_call_ms - 0.9) / optimized_call_ms
+    assert outcome.unbilled_excess[0] == pytest.approx(expected, abs=0.05)
+    if rejected:
+        assert [r.code for r in outcome.reasons] == ["integrity.unbilled_call_slow"]
 
 
 def test_work_aimed_at_the_other_workers_windows_cannot_run_there(sample_models):
