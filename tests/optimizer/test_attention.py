@@ -101,6 +101,39 @@ def test_a_switched_llama_matches_sdpa_with_and_without_padding_and_switches_bac
     assert compare_outputs(left[0, 30:], expected["padded"][0, 30:])["passed"]
 
 
+def test_rotary_tables_are_computed_once_where_a_graph_runs_dynos_attention(llama):
+    model = load_model(llama)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append({node.target for node in gm.graph.nodes if node.op == "call_function"})
+        return gm.forward
+
+    once = torch.ops.dyno.computed_once.default
+    gen = torch.Generator().manual_seed(2)
+    ids = torch.randint(3, 200, (2, attention.ROTARY_ONCE_MIN + 8), generator=gen)
+    step = torch.randint(3, 200, (2, 1), generator=gen)
+    try:
+        with torch.no_grad():
+            expected = model(input_ids=ids, use_cache=True)
+            expected_step = model(input_ids=step, past_key_values=expected.past_key_values, use_cache=True).logits
+            compiled = torch.compile(model, backend=backend)
+            with attention.Switched(model):
+                prefill = compiled(input_ids=ids, use_cache=True)
+                decoded = compiled(input_ids=step, past_key_values=prefill.past_key_values, use_cache=True).logits
+            assert len(graphs) == 2 and once in graphs[0]  # the prompt's tables: once
+            assert once not in graphs[1]  # a one-token step's: recomputed, cheaper than the call
+            assert compare_outputs(prefill.logits, expected.logits)["passed"]
+            assert compare_outputs(decoded, expected_step)["passed"]
+            # Outside the switch, compiled or eager, the rotary module's output is its own.
+            torch._dynamo.reset()
+            graphs.clear()
+            torch.compile(model, backend=backend)(input_ids=ids)
+            assert graphs and once not in graphs[0]
+    finally:
+        torch._dynamo.reset()
+
+
 def test_the_policy_needs_sdpa_and_an_unknown_policy_is_refused(tmp_path):
     mamba = load_model(write_sample_model(tmp_path / "mamba", "mamba"))
     assert "not SDPA" in attention.applicable(mamba)
