@@ -45,11 +45,14 @@ def step_times(folder: Path, *, batch: int, seq: int, repeats: int, tokens: int)
     times = []
     generator = torch.Generator().manual_seed(0)
     for repeat in range(repeats):
-        runner.op_prepare({"phase": "decode", "seed": repeat, "calls": 1, "vocab": vocab, "batch": batch, "seq": seq,
+        runner.op_prepare({"phase": "decode", "seed": repeat, "calls": 2, "vocab": vocab, "batch": batch, "seq": seq,
                            "commit_seed": 1}, [])
-        item = [0, *torch.randint(0, vocab, (batch * tokens,), generator=generator).tolist()]
+        # Call 0 is the prompt (prefilled, untimed here); call 1 the step timed.
+        prompt = torch.cat([torch.zeros(1, dtype=torch.int64), torch.randint(0, vocab, (batch * seq,), generator=generator)])
+        runner.op_step({"call": 0}, [prompt])
+        item = torch.cat([torch.zeros(1, dtype=torch.int64), torch.randint(0, vocab, (batch * tokens,), generator=generator)])
         started = time.perf_counter_ns()
-        runner.op_step({"call": 0, "item": item}, [])
+        runner.op_step({"call": 1}, [item])
         times.append((time.perf_counter_ns() - started) / 1e9)
     return times
 

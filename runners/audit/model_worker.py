@@ -93,6 +93,13 @@ def _mask_on_cached_steps(model: Any) -> bool:
 _CACHE_ARGS = ("cache", "past_key_values")  # the names a forward takes its key/value cache by
 
 
+def _item(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """A `step` request's one int64 vector: [call set, token ids...] (runners.audit.model_sample)."""
+    if len(tensors) != 1 or tensors[0].dtype != torch.int64 or tensors[0].dim() != 1 or not len(tensors[0]):
+        raise ValueError("a step carries one non-empty int64 vector of token ids")
+    return tensors[0]
+
+
 class ModelRunner:
     """Loads one model (optionally with an artifact applied) and times its forward on the parent's tokens.
 
@@ -273,13 +280,13 @@ class ModelRunner:
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
 
-    def _prompt_inputs(self, item: list[int]) -> tuple[dict[str, Any], int]:
+    def _prompt_inputs(self, item: torch.Tensor) -> tuple[dict[str, Any], int]:
         """Decode's first call: the round's prompt, [0, batch x seq token ids], prefilled with a cache
         that the sample's later calls extend. An encoder-decoder's prompt goes through the encoder
         (and the decoder's start token) here; its steps then reuse the encoder output."""
         if len(item) != 1 + self.batch * self.seq:
             raise ValueError(f"decode's prompt carries {self.batch} x {self.seq} token ids, got {len(item) - 1}")
-        ids = torch.tensor(item[1:], dtype=torch.long, device=self.device).view(self.batch, self.seq)
+        ids = item[1:].to(self.device).view(self.batch, self.seq)
         self.caches, self.encoded, self.decoded = [], [], 0
         return {"input_ids": ids, "use_cache": True, **self._mask(self.batch, self.seq),
                 **decoder_inputs(self.config, batch=self.batch, device=self.device)}, 0
@@ -297,7 +304,7 @@ class ModelRunner:
             self.encoded = [encoded]
             self.mask = self._mask(self.batch, self.seq)  # the encoder's, as the prompt's
 
-    def _call_inputs(self, item: list[int]) -> tuple[dict[str, Any], int]:
+    def _call_inputs(self, item: torch.Tensor) -> tuple[dict[str, Any], int]:
         """One call's keyword arguments from what its `step` reveals ([call, batch x seq token ids]
         for prefill, [0, new tokens of every batch entry] for decode) and how many tokens per batch
         entry it appends to decode's cache (0 for prefill)."""
@@ -305,7 +312,7 @@ class ModelRunner:
         if self.phase == "prefill":
             if len(item) != 1 + self.batch * self.seq:
                 raise ValueError(f"a prefill step carries {self.batch} x {self.seq} token ids, got {len(item) - 1}")
-            ids = torch.tensor(item[1:], dtype=torch.long, device=self.device).view(self.batch, self.seq)
+            ids = item[1:].to(self.device).view(self.batch, self.seq)
             # A model that generates prefills as generation does, with the cache it would keep: the
             # same call as decode's prompt (_prompt_inputs), whose window is judged against these.
             return {"input_ids": ids, **self.mask, **({"use_cache": True} if self.generates else {})}, 0
@@ -316,7 +323,7 @@ class ModelRunner:
         count, rest = divmod(len(item) - 1, self.batch)
         if count < 1 or rest:
             raise ValueError(f"a decode step carries a whole number of tokens per batch entry ({self.batch}), got {len(item) - 1} ids")
-        new = torch.tensor([int(t) for t in item[1:]], dtype=torch.long, device=self.device).view(self.batch, count)
+        new = item[1:].to(self.device).view(self.batch, count)
         assert self.cache_arg is not None
         if self.encoded:
             return {"decoder_input_ids": new, "encoder_outputs": (self.encoded[0],), self.cache_arg: self.caches[0],
@@ -339,7 +346,8 @@ class ModelRunner:
         if call != len(self.outputs):
             raise ValueError(f"call {call} announced after {len(self.outputs)} calls of this sample")
         prompt = self.phase == "decode" and call == 0
-        kwargs, appended = self._prompt_inputs(list(header["item"])) if prompt else self._call_inputs(list(header["item"]))
+        item = _item(tensors)
+        kwargs, appended = self._prompt_inputs(item) if prompt else self._call_inputs(item)
         t0 = time.perf_counter_ns()
         with torch.no_grad():
             try:
@@ -353,14 +361,14 @@ class ModelRunner:
         self._sync()  # device-wide: work left on other streams lands inside the window
         self.decoded += appended
         _, meta = checks.inspect_outputs(out, [], expect_tuple=False)
-        sums: list[float] = []
+        sums: list[torch.Tensor] = []
         if type(out) is torch.Tensor and out.dim() >= 1:
             if self.weights is None or self.weights.numel() != out.shape[-1]:
                 self.weights = commit_weights(self.commit_seed, out.shape[-1]).to(out.device)
-            sums = row_commitments(out, self.weights)
+            sums = [row_commitments(out, self.weights)]
         self.outputs.append(out)
         self.next_request_soon = call < self.calls - 1
-        return {"t0": t0, "t1": time.perf_counter_ns(), "meta": meta, "checksums": sums}, []
+        return {"t0": t0, "t1": time.perf_counter_ns(), "meta": meta}, sums
 
     def op_fetch(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
         """Rows of one timed call's output: every batch entry at the positions the parent names."""

@@ -20,7 +20,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -109,10 +109,11 @@ class Worker:
     def trusted(self) -> bool:
         return self.role != "candidate"
 
-    def call(self, op: str, *, timeout: float, max_reply_bytes: int = 1 << 34, **fields: Any) -> Reply:
-        """Send one request and wait for its reply; failures of the worker raise SandboxError. A
-        frozen worker is thawed first."""
-        sent = self.send(op, **fields)
+    def call(self, op: str, *, timeout: float, max_reply_bytes: int = 1 << 34, tensors: Sequence[torch.Tensor] = (),
+             **fields: Any) -> Reply:
+        """Send one request (JSON fields, and raw tensors) and wait for its reply; failures of the
+        worker raise SandboxError. A frozen worker is thawed first."""
+        sent = self.send(op, tensors=tensors, **fields)
         reply = self.receive(op, sent_ns=sent, deadline=time.monotonic() + timeout, timeout=timeout, max_reply_bytes=max_reply_bytes)
         if op == "bind" and not self._code_sent:
             # The thread that runs the calls, as the harness started it before any candidate code:
@@ -120,7 +121,7 @@ class Worker:
             self.adopt_calls_thread(reply.header.get("calls_tid"))
         return reply
 
-    def send(self, op: str, **fields: Any) -> int:
+    def send(self, op: str, *, tensors: Sequence[torch.Tensor] = (), **fields: Any) -> int:
         """The request half of `call`: returns when it was sent (perf_counter ns)."""
         if self.failure is not None:
             raise self.failure
@@ -132,7 +133,7 @@ class Worker:
             self._code_sent = True
         sent = time.perf_counter_ns()
         try:
-            send_message(self._sock, {"op": op, **fields})
+            send_message(self._sock, {"op": op, **fields}, tensors)
         except (BrokenPipeError, ConnectionResetError):
             self._fail_from_exit(op)
         return sent

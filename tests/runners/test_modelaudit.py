@@ -34,6 +34,13 @@ def _audit(model_dir, artifact=None, **kwargs):
     return audit_model_forward(model_dir, artifact, **options)
 
 
+def _ids(*values: int):
+    """A `step` request's tensor: [call set, token ids...] as int64 (runners.audit.model_sample)."""
+    import torch
+
+    return torch.tensor(values, dtype=torch.int64)
+
+
 def _phase(report: dict, name: str) -> dict:
     return next(p for p in report["phases"] if p["phase"] == name)
 
@@ -195,13 +202,13 @@ def op_step(self, header, tensors):
         return _step(self, header, tensors)
     if int(header["call"]) == 0:
         self.outputs, self.later = [], []
-    self.later.append(self._call_inputs(list(header["item"]))[0])
+    self.later.append(self._call_inputs(tensors[0])[0])
     ids = self.later[-1]["input_ids"]
     shape = (*ids.shape, self.model.config.vocab_size)
     self.outputs.append(None)
     _, meta = checks.inspect_outputs(torch.empty(shape), [], expect_tuple=False)
     now = time.perf_counter_ns()
-    return {"t0": now, "t1": now + 1, "meta": meta, "checksums": [0.0] * (shape[0] * shape[1])}, []
+    return {"t0": now, "t1": now + 1, "meta": meta}, [torch.zeros(shape[0] * shape[1])]
 
 def op_fetch(self, header, tensors):
     call = int(header["call"])
@@ -229,16 +236,16 @@ from runners.audit.model_inputs import commit_weights
 def op_step(self, header, tensors):
     if int(header["call"]) == 0:
         self.outputs = []
-    kwargs, _ = self._call_inputs(list(header["item"]))
+    kwargs, _ = self._call_inputs(tensors[0])
     t0 = time.perf_counter_ns()
     with torch.no_grad():
         hidden = self.model.model(**kwargs).last_hidden_state
         head = self.model.lm_head.weight
         weights = commit_weights(self.commit_seed, head.shape[0])
-        sums = (hidden.reshape(-1, hidden.shape[-1]) @ (head.t() @ weights)).tolist()
+        sums = hidden.reshape(-1, hidden.shape[-1]) @ (head.t() @ weights)
     self.outputs.append(hidden)
     _, meta = checks.inspect_outputs(torch.empty(*hidden.shape[:-1], head.shape[0]), [], expect_tuple=False)
-    return {"t0": t0, "t1": time.perf_counter_ns(), "meta": meta, "checksums": sums}, []
+    return {"t0": t0, "t1": time.perf_counter_ns(), "meta": meta}, [sums]
 
 def op_fetch(self, header, tensors):
     hidden = self.outputs[int(header["call"])]
@@ -273,13 +280,13 @@ def op_step(self, header, tensors):
         return _step(self, header, tensors)
     if call == 0:
         reply = _step(self, header, tensors)
-        prompts = torch.tensor(list(header["item"])[1:]).view(self.batch, self.seq)
+        prompts = tensors[0][1:].view(self.batch, self.seq)
         vocab = self.model.config.vocab_size
         with torch.no_grad():  # every one-token continuation of each batch entry's prompt
             self.table = [mw._logits(self.model(input_ids=torch.cat([prompt.expand(vocab, -1), torch.arange(vocab).view(-1, 1)], 1)))[:, -1, :]
                           for prompt in prompts]
         return reply
-    item = list(header["item"])
+    item = tensors[0].tolist()
     t0 = time.perf_counter_ns()
     # The first step answered from the table: the first new token of each batch entry.
     per_entry = (len(item) - 1) // self.batch
@@ -289,7 +296,7 @@ def op_step(self, header, tensors):
     sums = row_commitments(out, self.weights)
     _, meta = checks.inspect_outputs(out, [], expect_tuple=False)
     self.outputs.append(out)
-    return {"t0": t0, "t1": time.perf_counter_ns(), "meta": meta, "checksums": sums}, []
+    return {"t0": t0, "t1": time.perf_counter_ns(), "meta": meta}, [sums]
 
 mw.ModelRunner.op_step = op_step
 
@@ -955,6 +962,16 @@ def test_reference_points_are_measured_in_the_same_rounds_and_one_that_fails_is_
         _audit(sample_models["llama"], None, reference_points=("tensorrt",))
 
 
+def test_a_reply_without_one_floating_vector_commits_to_nothing():
+    import torch
+
+    from runners.audit.model_sample import _commitment
+
+    assert _commitment(torch.tensor([1.5, -2.0], dtype=torch.float32)) == [1.5, -2.0]
+    for tensor in (None, torch.tensor([1, 2]), torch.zeros(2, 3), torch.zeros(())):
+        assert _commitment(tensor) == []  # the check then fails the call: integrity.commitment_mismatch
+
+
 @pytest.mark.parametrize("family, several", [("llama", True), ("t5", True), ("mamba", False)])
 def test_a_decode_step_of_several_tokens_equals_as_many_steps_of_one(tmp_path, family, several):
     # The trusted worker's own steps, in this process: decode's first call appends two tokens at once
@@ -972,19 +989,22 @@ def test_a_decode_step_of_several_tokens_equals_as_many_steps_of_one(tmp_path, f
         assert runner.op_prepare(request, []) == ({}, [])  # nothing of the round's tokens before its calls
     assert loads[0]["first_step_tokens"] == (2 if several else 1)
     with pytest.raises(ValueError, match="prompt carries"):
-        runners[0].op_step({"call": 0, "item": [0, 7, 9]}, [])  # call 0 is the prompt: a step's tokens are not one
+        runners[0].op_step({"call": 0}, [_ids(0, 7, 9)])  # call 0 is the prompt: a step's tokens are not one
     prompt = [0, *range(3, 3 + BATCH * SEQ)]
-    reply = runners[0].op_step({"call": 0, "item": prompt}, [])
+    reply = runners[0].op_step({"call": 0}, [_ids(*prompt)])
     assert reply[0]["meta"][0]["shape"][:2] == ([BATCH, 1] if family == "t5" else [BATCH, SEQ])
-    runners[1].op_step({"call": 0, "item": prompt}, [])
+    # The commitment is the reply's one raw float32 vector, a checksum per output row, not JSON numbers
+    assert "checksums" not in reply[0] and len(reply[1]) == 1 and reply[1][0].dtype == torch.float32
+    assert reply[1][0].shape == (BATCH * reply[0]["meta"][0]["shape"][1],)
+    runners[1].op_step({"call": 0}, [_ids(*prompt)])
     if not several:
         return
     first, second, third = [7, 9], [11, 13], [17, 19]
-    together = runners[0].op_step({"call": 1, "item": [0, first[0], second[0], first[1], second[1]]}, [])
+    together = runners[0].op_step({"call": 1}, [_ids(0, first[0], second[0], first[1], second[1])])
     assert runners[0].next_request_soon  # the sample's next step follows: its loop polls for it
-    after = runners[0].op_step({"call": 2, "item": [0, *third]}, [])
+    after = runners[0].op_step({"call": 2}, [_ids(0, *third)])
     for call, tokens in enumerate((first, second, third), start=1):
-        runners[1].handle("step", {"call": call, "item": [0, *tokens]}, [])
+        runners[1].handle("step", {"call": call}, [_ids(0, *tokens)])
     assert not runners[1].next_request_soon  # the last of its four: it sleeps until the next request
     assert together[0]["meta"][0]["shape"] == [BATCH, 2, 256] and after[0]["meta"][0]["shape"] == [BATCH, 1, 256]
     one_by_one = torch.cat(runners[1].outputs[1:3], dim=1)
