@@ -114,7 +114,6 @@ class _PhaseOutcome:
     frozen_between_samples: bool = False
     held_samples: list[bool] = field(default_factory=list)  # every measured sample of every arm: held between its calls
     after_reply_s: dict[str, list[float]] = field(default_factory=dict)  # per round: CPU from the last reply to the freeze
-    unbilled_calls: dict[str, list[float]] = field(default_factory=dict)  # per round: unbilled steps' windows / billed per-call time
     # Per round: (unbilled steps' window, billed per-call time), seconds (_judge_unbilled_call)
     unbilled_s: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     unbilled_excess: list[float] | None = None  # [point, low, high] in the optimized model's billed calls
@@ -527,7 +526,6 @@ def _audit_phase(outcome: _PhaseOutcome, sandbox: Sandbox, slots: dict[str, _Slo
                     outcome.first_window_s.setdefault(label, []).append(first / 1e9)
                     unbilled = sum(record.windows_ns[head:bill_from])
                     if unbilled:
-                        outcome.unbilled_calls.setdefault(label, []).append(unbilled / 1e9 / record.per_call_s)
                         outcome.unbilled_s.setdefault(label, []).append((unbilled / 1e9, record.per_call_s))
         for slot in ordered:
             ledger.enter(slot.worker, "idle")
@@ -943,7 +941,8 @@ def _entry(outcome: _PhaseOutcome, protocol: Protocol, *, batch: int, seq: int, 
         "billed_from_call": outcome.bill_from,  # decode: counted in steps, after the prompt
         # Decode: the prompt's prefill, the sample's first window, timed, judged and not billed.
         "prompt": outcome.prompt if outcome.phase == "decode" else None,
-        "unbilled_call_per_billed_call": {label: fin(stats.median(v)) for label, v in outcome.unbilled_calls.items() if v},
+        "unbilled_call_per_billed_call": {label: fin(stats.median([window / per_call for window, per_call in v]))
+                                          for label, v in outcome.unbilled_s.items() if v},
         # The optimized model's first call beyond the trusted workers' (seconds, in its billed calls):
         # [point, low, high], judged against unbilled_call_excess_allowed
         "unbilled_call_excess": [fin(v) for v in outcome.unbilled_excess] if outcome.unbilled_excess else None,
